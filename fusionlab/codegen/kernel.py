@@ -1,0 +1,426 @@
+"""Triton source for one fusion group.
+
+A group walks its `Domain`: pointwise kernels a flat index over the whole shape; reduction kernels a 2-D tile of
+[XBLOCK rows, RBLOCK reduced elements]. Every value is emitted at an *index map* (which domain dimension each of
+its own dimensions follows; None for a broadcast dimension), so broadcasts and size-1 reshapes inside a kernel are
+index arithmetic, not copies. Sizes and strides are kernel arguments: no size is baked into the source.
+
+Reductions are *persistent* (the whole row in registers, one pass) when the reduced size is static and at most
+`PERSISTENT_LIMIT`; otherwise *looped* (one loop over the row per reduction, and one more for the outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from fusionlab.names import Namer, comment
+from fusionlab.decompose import compute_dtype
+from fusionlab.fusion.domain import Domain, alignment, non_unit
+from fusionlab.fusion.fuse import FusionGroup
+from fusionlab.ir import Graph, Node, Ref, contiguous_strides, static_value
+from fusionlab.primitives import INTEGER_OVERRIDES, POINTWISE
+
+PERSISTENT_LIMIT = 16384
+
+TRITON_DTYPES = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
+    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+IndexMap = tuple  # tuple[int | None, ...]: for each dimension of a value, the domain dimension it follows
+
+
+@dataclass(frozen=True)
+class KernelArgument:
+    """One kernel parameter and where the wrapper finds its value."""
+
+    name: str
+    role: str  # "input" | "output" | "size" | "stride" | "numel"
+    value: str = ""  # the graph value (input/output/stride) it belongs to
+    dim: int = -1
+    expr: str = ""  # for sizes: the sympy expression, printed
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    name: str
+    group: str
+    kind: str
+    source: str
+    arguments: tuple[KernelArgument, ...]
+    persistent: bool
+    domain: Domain
+
+    @property
+    def constexprs(self) -> tuple[str, ...]:
+        return ("XBLOCK", "RBLOCK") if self.kind == "reduction" else ("XBLOCK",)
+
+
+def _literal(value: object, dtype: torch.dtype) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        number = float(value)  # type: ignore[arg-type]
+        if number != number:
+            return 'float("nan")'
+        if number in (float("inf"), float("-inf")):
+            return 'float("inf")' if number > 0 else 'float("-inf")'
+        return repr(number)
+    return repr(int(value))  # type: ignore[call-overload]
+
+
+@dataclass
+class _Scope:
+    lines: list[str]
+    cache: dict[tuple[str, IndexMap], str] = field(default_factory=dict)
+    indent: str = "    "
+
+
+class KernelWriter:
+    """Writes one kernel; `contiguous` names the inputs known to be laid out densely in row-major order."""
+
+    def __init__(self, graph: Graph, group: FusionGroup, name: str, contiguous: set[str],
+                 force_looped: bool = False) -> None:
+        assert group.domain is not None
+        self.graph, self.group, self.name, self.contiguous = graph, group, name, contiguous
+        self.domain = group.domain
+        self.members = set(group.nodes)
+        self.namer = Namer({"xindex", "rindex", "xmask", "rmask", "mask", "xnumel", "rnumel", "XBLOCK", "RBLOCK",
+                            "roffset", "xoffset"})
+        self.arguments: dict[str, KernelArgument] = {}
+        self.reduction = self.domain.is_reduction
+        rnumel = 1
+        for axis in self.domain.axes:
+            size = static_value(self.domain.shape[axis])
+            rnumel = rnumel * size if (size is not None and rnumel is not None) else None  # type: ignore[operator]
+        self.persistent = self.reduction and not force_looped and rnumel is not None and rnumel <= PERSISTENT_LIMIT
+        self.globals: dict[str, str] = {}  # reduction results, visible after their loop
+        self.top = _Scope([])
+        self.dim_lines: dict[str, str] = {}
+
+    # -- arguments ------------------------------------------------------------------------------
+    def _argument(self, raw: str, role: str, value: str = "", dim: int = -1, expr: str = "") -> str:
+        key = f"{role}:{value}:{dim}:{raw}"
+        if key not in self.arguments:
+            name = self.namer.identifier(raw, key)
+            self.arguments[key] = KernelArgument(name, role, value, dim, expr)
+        return self.arguments[key].name
+
+    def _size(self, dim: int) -> str:
+        return self._argument(f"size{dim}", "size", dim=dim, expr=str(self.domain.shape[dim]))
+
+    # -- domain indexing ------------------------------------------------------------------------
+    def _dims_of(self, group: Sequence[int], flat: str) -> dict[int, str]:
+        """Expressions for each domain dimension in `group`, unflattened from the flat index `flat`."""
+        result: dict[int, str] = {}
+        for position, dim in enumerate(group):
+            later = group[position + 1:]
+            expr = flat
+            if later:
+                divisor = " * ".join(self._size(d) for d in later)
+                expr = f"({expr} // ({divisor}))"
+            if position > 0:
+                expr = f"({expr} % {self._size(dim)})"
+            result[dim] = expr
+        return result
+
+    def dim_expr(self, dim: int) -> str:
+        if dim in self.domain.axes:
+            exprs = self._dims_of(self.domain.axes, "rindex")
+        else:
+            exprs = self._dims_of(self.domain.outer, "xindex")
+        variable = f"d{dim}"
+        in_r = dim in self.domain.axes
+        if variable not in self.dim_lines and not in_r:
+            self.dim_lines[variable] = f"{variable} = {exprs[dim]}"
+        return variable if not in_r else exprs[dim]
+
+    def _trailing_axes(self) -> bool:
+        rank = len(self.domain.shape)
+        return self.domain.axes == tuple(range(rank - len(self.domain.axes), rank))
+
+    def full_map(self) -> IndexMap:
+        return tuple(range(len(self.domain.shape)))
+
+    def map_for(self, shape: Sequence[object], level: str) -> IndexMap:
+        """Align a stored or loaded shape with the domain (full) or its outer dimensions (row)."""
+        targets = list(range(len(self.domain.shape))) if level == "full" else list(self.domain.outer)
+        targets = [t for t in targets if self.domain.shape[t] != 1]
+        result: list[int | None] = []
+        for size in shape:
+            if size == 1:
+                result.append(None)
+            else:
+                result.append(targets.pop(0))
+        return tuple(result)
+
+    def _flat_offset(self, index_map: IndexMap) -> str | None:
+        """The offset of a dense row-major value read at `index_map`, when no div/mod is needed."""
+        used = [m for m in index_map if m is not None]
+        every = [d for d in range(len(self.domain.shape)) if self.domain.shape[d] != 1]
+        if self.reduction:
+            outer = [d for d in self.domain.outer if self.domain.shape[d] != 1]
+            if used == every and self._trailing_axes():
+                return "xindex * rnumel + rindex"
+            if used == outer:
+                return "xindex"
+            return None
+        return "xindex" if used == every else None
+
+    def offset(self, value: str, index_map: IndexMap, dense: bool) -> str:
+        if dense:
+            flat = self._flat_offset(index_map)
+            if flat is not None:
+                return flat
+        terms = []
+        for position, dim in enumerate(index_map):
+            if dim is None:
+                continue
+            stride = self._argument(f"stride_{value}_{position}", "stride", value, position)
+            terms.append(f"{self.dim_expr(dim)} * {stride}")
+        return " + ".join(terms) or "0"
+
+    def mask_for(self, expr: str) -> str | None:
+        has_x = "xindex" in expr or any(f"d{d}" in expr for d in self.domain.outer)
+        has_r = "rindex" in expr
+        if has_x and has_r:
+            return "mask"
+        if has_x:
+            return "xmask"
+        if has_r:
+            return "rmask"
+        return None
+
+    # -- emission -------------------------------------------------------------------------------
+    def emit(self, value: str, index_map: IndexMap, scope: _Scope) -> str:
+        if value in self.globals:
+            return self.globals[value]
+        key = (value, index_map)
+        if key in scope.cache:
+            return scope.cache[key]
+        node = self.graph[value]
+        if value not in self.members:
+            expr = self._load(node, index_map, scope)
+        elif node.kind == "reduction":
+            return self._reduce(node, scope)
+        elif node.kind == "view":
+            return self.emit(node.inputs[0], self._view_map(node, index_map), scope)
+        else:
+            expr = self._pointwise(node, index_map, scope)
+        variable = self.namer.identifier(value, f"{value}{index_map}{id(scope)}")
+        scope.lines.append(f"{scope.indent}{variable} = {expr}")
+        scope.cache[key] = variable
+        return variable
+
+    def _load(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+        pointer = self._argument(f"in_{node.name}", "input", node.name)
+        offset = self.offset(node.name, index_map, node.name in self.contiguous)
+        mask = self.mask_for(offset)
+        dtype = node.type.dtype
+        load = f"tl.load({pointer} + {offset}" + (f", mask={mask}, other=0)" if mask else ")")
+        if compute_dtype(dtype) != dtype:
+            load += f".to({TRITON_DTYPES[compute_dtype(dtype)]})"
+        return load
+
+    def _view_map(self, node: Node, index_map: IndexMap) -> IndexMap:
+        source = self.graph[node.inputs[0]].type.shape
+        if node.op == "expand":
+            return tuple(m if source[i] == node.type.shape[i] else None for i, m in enumerate(index_map))
+        # A size-1 reshape: carry the non-unit dimensions across in order.
+        carried = [m for m, size in zip(index_map, node.type.shape) if size != 1]
+        return tuple(None if size == 1 else carried.pop(0) for size in source)
+
+    def _pointwise(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+        dtype = compute_dtype(node.type.dtype)
+        operand_dtype = node.type.dtype
+        refs = [a for a in node.args if isinstance(a, Ref)]
+        if refs:
+            operand_dtype = self.graph[refs[-1].name].type.dtype
+        operands = []
+        for index, arg in enumerate(node.args):
+            if isinstance(arg, Ref):
+                operands.append(self.emit(arg.name, index_map, scope))
+            else:
+                kind = operand_dtype if not (node.op == "where" and index == 0) else torch.bool
+                operands.append(_literal(arg, compute_dtype(kind)))
+        if node.op == "cast":
+            source = self.graph[node.inputs[0]].type.dtype
+            target = node.param("dtype")
+            if target == torch.bool:
+                return f"({operands[0]} != 0)"
+            expr = f"{operands[0]}.to({TRITON_DTYPES[target]})"
+            if compute_dtype(target) != target:
+                expr += f".to({TRITON_DTYPES[compute_dtype(target)]})"
+            if source == target:
+                return operands[0]
+            return expr
+        primitive = POINTWISE[node.op]
+        if not operand_dtype.is_floating_point and node.op in INTEGER_OVERRIDES:
+            return INTEGER_OVERRIDES[node.op].format(*operands)
+        del dtype
+        return primitive.render(operands)
+
+    def _reduce(self, node: Node, scope: _Scope) -> str:
+        if node.name in self.globals:
+            return self.globals[node.name]
+        source = self.graph[node.inputs[0]]
+        accumulate = compute_dtype(source.type.dtype)
+        tl_type = TRITON_DTYPES[accumulate]
+        identity = {"sum": "0", "mean": "0", "prod": "1", "amax": 'float("-inf")', "amin": 'float("inf")',
+                    "argmax": 'float("-inf")', "argmin": 'float("inf")'}[node.op]
+        if not accumulate.is_floating_point and node.op in ("amax", "argmax", "amin", "argmin"):
+            info = torch.iinfo(accumulate)
+            identity = str(info.min if node.op in ("amax", "argmax") else info.max)
+        result = self.namer.identifier(node.name)
+        keep = "[:, None]"
+        if self.persistent:
+            value = self.emit(source.name, self.full_map(), self.top)
+            masked = f"tl.where(mask, {value}, {identity})"
+            line = {
+                "sum": f"tl.sum({masked}, 1){keep}",
+                "mean": f"(tl.sum({masked}, 1){keep} / rnumel)",
+                "prod": f"tl.reduce({masked}, 1, _multiply){keep}",
+                "amax": f"tl.max({masked}, 1){keep}",
+                "amin": f"tl.min({masked}, 1){keep}",
+                "argmax": f"tl.argmax({masked}, 1){keep}.to(tl.int64)",
+                "argmin": f"tl.argmin({masked}, 1){keep}.to(tl.int64)",
+            }[node.op]
+            self.top.lines.append(f"    {result} = {line}")
+        else:
+            accumulator = f"acc_{result}"
+            lines = self.top.lines
+            lines.append(f"    {accumulator} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_type})")
+            if node.op in ("argmax", "argmin"):
+                lines.append(f"    {accumulator}_index = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
+            loop = self._open_loop()
+            value = self.emit(source.name, self.full_map(), loop)
+            masked = f"tl.where(mask, {value}, {identity})"
+            pad = loop.indent
+            update = {
+                "sum": f"{accumulator} + {masked}", "mean": f"{accumulator} + {masked}",
+                "prod": f"{accumulator} * {masked}",
+                "amax": f"tl.maximum({accumulator}, {masked})", "amin": f"tl.minimum({accumulator}, {masked})",
+            }
+            if node.op in update:
+                loop.lines.append(f"{pad}{accumulator} = {update[node.op]}")
+            else:
+                better = ">" if node.op == "argmax" else "<"
+                loop.lines.append(f"{pad}take = {masked} {better} {accumulator}")
+                loop.lines.append(f"{pad}{accumulator}_index = tl.where(take, rindex + {accumulator}_index * 0, "
+                                  f"{accumulator}_index)")
+                loop.lines.append(f"{pad}{accumulator} = tl.where(take, {masked}, {accumulator})")
+            lines.extend(loop.lines)
+            final = {
+                "sum": f"tl.sum({accumulator}, 1){keep}", "mean": f"(tl.sum({accumulator}, 1){keep} / rnumel)",
+                "prod": f"tl.reduce({accumulator}, 1, _multiply){keep}",
+                "amax": f"tl.max({accumulator}, 1){keep}", "amin": f"tl.min({accumulator}, 1){keep}",
+            }
+            if node.op in final:
+                lines.append(f"    {result} = {final[node.op]}")
+            else:
+                best = "tl.max" if node.op == "argmax" else "tl.min"
+                lines.append(f"    {result}_best = {best}({accumulator}, 1){keep}")
+                lines.append(f"    {result} = tl.min(tl.where({accumulator} == {result}_best, {accumulator}_index, "
+                             f"9223372036854775807), 1){keep}")
+        self.globals[node.name] = result
+        return result
+
+    def _open_loop(self) -> _Scope:
+        loop = _Scope([], indent="        ")
+        loop.lines.extend([
+            "    for roffset in range(0, rnumel, RBLOCK):",
+            "        rindex = roffset + tl.arange(0, RBLOCK)[None, :]",
+            "        rmask = rindex < rnumel",
+            "        mask = xmask & rmask",
+        ])
+        return loop
+
+    # -- the whole kernel -----------------------------------------------------------------------
+    def _store(self, value: str, scope: _Scope) -> None:
+        node = self.graph[value]
+        level = alignment(node.type.shape, self.domain) or "full"
+        index_map = self.map_for(node.type.shape, level)
+        if level == "full" and node.op in ("expand", "reshape") and node.kind == "view":
+            index_map = self.full_map() if non_unit(node.type.shape) == non_unit(self.domain.shape) else index_map
+        expr = self.emit(value, index_map, scope)
+        pointer = self._argument(f"out_{value}", "output", value)
+        if level == "row":
+            offset = "xindex"
+        elif self.reduction and not self._trailing_axes():
+            strides = contiguous_strides(tuple(self.domain.shape))
+            del strides
+            terms = []
+            for dim in range(len(self.domain.shape)):
+                later = [self._size(d) for d in range(dim + 1, len(self.domain.shape))]
+                terms.append(f"{self.dim_expr(dim)}" + (f" * {' * '.join(later)}" if later else ""))
+            offset = " + ".join(terms)
+        else:
+            offset = "xindex * rnumel + rindex" if self.reduction else "xindex"
+        mask = "xmask" if level == "row" else ("mask" if self.reduction else "xmask")
+        scope.lines.append(f"{scope.indent}tl.store({pointer} + {offset}, {expr}, mask={mask})")
+
+    def write(self) -> KernelSource:
+        outputs = list(self.group.outputs)
+        row_outputs = [o for o in outputs if alignment(self.graph[o].type.shape, self.domain) == "row"]
+        full_outputs = [o for o in outputs if o not in row_outputs]
+        reductions = [n for n in self.group.nodes if self.graph[n].kind == "reduction"]
+        if not self.reduction:
+            for value in outputs:
+                self._store(value, self.top)
+        elif self.persistent:
+            for name in reductions:
+                self._reduce(self.graph[name], self.top)
+            for value in outputs:
+                self._store(value, self.top)
+        else:
+            for name in reductions:
+                self._reduce(self.graph[name], self.top)
+            for value in row_outputs:
+                self._store(value, self.top)
+            if full_outputs:
+                loop = self._open_loop()
+                for value in full_outputs:
+                    self._store(value, loop)
+                self.top.lines.extend(loop.lines)
+        return self._assemble()
+
+    def _header(self) -> list[str]:
+        if not self.reduction:
+            return ["    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)",
+                    "    xmask = xindex < xnumel"]
+        lines = ["    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+                 "    xmask = xindex < xnumel"]
+        if self.persistent:
+            lines += ["    rindex = tl.arange(0, RBLOCK)[None, :]", "    rmask = rindex < rnumel",
+                      "    mask = xmask & rmask"]
+        return lines
+
+    def _assemble(self) -> KernelSource:
+        ordered = sorted(self.arguments.values(), key=lambda a: ["input", "output", "size", "stride"].index(a.role))
+        numels = ["xnumel", "rnumel"] if self.reduction else ["xnumel"]
+        constexprs = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduction else [])
+        params = [a.name for a in ordered] + numels + constexprs
+        primitives = [self.graph[n].op for n in self.group.nodes if self.graph[n].kind != "view"]
+        read = ", ".join(f"{v} ({self.graph[v].type.text()})" for v in self.group.inputs) or "nothing"
+        written = ", ".join(f"{v} ({self.graph[v].type.text()})" for v in self.group.outputs)
+        style = ("persistent reduction: each row stays in registers, one pass" if self.persistent else
+                 "looped reduction: one pass over each row per reduction, one more for the outputs"
+                 if self.reduction else "pointwise: one flat pass")
+        lines = [
+            "@triton.jit",
+            f"def {self.name}({', '.join(params)}):",
+            f"    # primitives: {comment(', '.join(primitives))}",
+            f"    # reads {self.group.bytes_read} bytes: {comment(read)}",
+            f"    # writes {self.group.bytes_written} bytes: {comment(written)}",
+            f"    # {style}",
+        ]
+        lines += self._header()
+        lines += [f"    {line}" for line in self.dim_lines.values()]
+        lines += self.top.lines
+        arguments = tuple(ordered) + tuple(KernelArgument(n, "numel") for n in numels)
+        return KernelSource(self.name, self.group.name, self.group.kind, "\n".join(lines) + "\n", arguments,
+                            self.persistent, self.domain)

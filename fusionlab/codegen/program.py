@@ -1,0 +1,214 @@
+"""The wrapper program: Python that allocates buffers, launches kernels, calls extern ops and applies views.
+
+Everything a user named reaches the source only through `Namer` (identifiers) or `comment` (one-line
+comments); extern ops and non-literal constants are passed in the program's namespace, never spelled out.
+
+    def fusionlab_program(x, b):
+        # pointwise_0_add_mul_erf: reads x, b; writes mul_2
+        mul_2 = empty((8, 16), torch.float32, device)
+        launch(pointwise_0_add_mul_erf, x, b, mul_2, 16, xnumel=128)
+        return (mul_2,)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+from fusionlab.capture import CaptureResult
+from fusionlab.codegen.kernel import KernelSource, KernelWriter
+from fusionlab.names import Namer, comment
+from fusionlab.fusion.fuse import FuseResult, FusionGroup
+from fusionlab.ir import Dim, Graph, Node, Ref, contiguous_strides, product
+
+KERNEL_PREAMBLE = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _multiply(a, b):
+    return a * b
+'''
+
+
+@dataclass(frozen=True)
+class Program:
+    wrapper: str
+    kernels: tuple[KernelSource, ...]
+    namespace_constants: dict[str, Any]
+    input_names: tuple[str, ...]
+
+
+def render_dim(dim: Dim) -> str:
+    return str(int(dim)) if not isinstance(dim, sympy.Expr) or dim.is_number else str(dim)
+
+
+def render_shape(shape: Sequence[Dim]) -> str:
+    items = [render_dim(d) for d in shape]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+class ProgramWriter:
+    def __init__(self, graph: Graph, fused: FuseResult, captured: CaptureResult,
+                 force_looped: bool = False) -> None:
+        self.graph, self.fused, self.captured = graph, fused, captured
+        self.force_looped = force_looped
+        self.namer = Namer({"torch", "empty", "launch", "device"})
+        self.constants: dict[str, Any] = {}
+        self.lines: list[str] = []
+        self.kernels: list[KernelSource] = []
+
+    def var(self, value: str) -> str:
+        return self.namer.identifier(value, f"value:{value}")
+
+    def constant(self, value: Any, hint: str) -> str:
+        if value is None or isinstance(value, (bool, int, str)):
+            return repr(value)
+        if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
+            return repr(value)
+        if isinstance(value, sympy.Expr):
+            return render_dim(value)
+        if isinstance(value, torch.dtype):
+            return repr(value)  # "torch.float32": ours, not user text
+        name = self.namer.identifier(f"const_{hint}")
+        self.constants[name] = value
+        return name
+
+    def render_arg(self, value: Any, hint: str) -> str:
+        if isinstance(value, Ref):
+            return self.var(value.name)
+        if isinstance(value, (list, tuple)):
+            items = [self.render_arg(v, hint) for v in value]
+            body = ", ".join(items) + ("," if isinstance(value, tuple) and len(items) == 1 else "")
+            return f"[{body}]" if isinstance(value, list) else f"({body})"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{k!r}: {self.render_arg(v, hint)}" for k, v in value.items()) + "}"
+        return self.constant(value, hint)
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def contiguous_values(self) -> set[str]:
+        dense: set[str] = set()
+        for spec, name in zip(self.captured.inputs, self.graph.inputs):
+            strides = spec.type.strides
+            if strides is not None and tuple(strides) == tuple(contiguous_strides(spec.type.shape)):
+                dense.add(name)
+        for group in self.fused.groups:
+            if group.is_kernel:
+                dense.update(group.outputs)
+        return dense
+
+    def kernel(self, group: FusionGroup, index: int, dense: set[str]) -> None:
+        name = self.namer.identifier(group.name)
+        source = KernelWriter(self.graph, group, name, dense, self.force_looped).write()
+        self.kernels.append(source)
+        self.lines.append(f"    # {comment(group.name)}: reads {comment(', '.join(group.inputs))}; "
+                          f"writes {comment(', '.join(group.outputs))}")
+        for value in group.outputs:
+            node = self.graph[value]
+            dtype = self.constant(node.type.dtype, "dtype")
+            self.lines.append(f"    {self.var(value)} = empty({render_shape(node.type.shape)}, {dtype}, device)")
+        args: list[str] = []
+        for argument in source.arguments:
+            if argument.role in ("input", "output"):
+                args.append(self.var(argument.value))
+            elif argument.role == "size":
+                args.append(render_dim(group.domain.shape[argument.dim]))  # type: ignore[union-attr]
+            elif argument.role == "stride":
+                args.append(f"{self.var(argument.value)}.stride({argument.dim})")
+        domain = group.domain
+        assert domain is not None
+        xnumel = product(tuple(domain.shape[d] for d in domain.outer))
+        call = f"    launch({name}, {', '.join(args)}, xnumel={render_dim(xnumel)}"
+        if domain.is_reduction:
+            call += f", rnumel={render_dim(product(tuple(domain.shape[d] for d in domain.axes)))}"
+        self.lines.append(call + ")")
+
+    def extern(self, node: Node) -> None:
+        call_args, call_kwargs = node.param("call")
+        op = self.constant(node.param("target"), node.op)
+        rendered = [self.render_arg(a, node.op) for a in call_args]
+        rendered += [f"{k}={self.render_arg(v, node.op)}" for k, v in call_kwargs.items()]
+        target = self.var(node.name)
+        if node.param("outputs"):
+            target = f"{target}_all"
+            self.namer.taken.add(target)
+        self.lines.append(f"    {target} = {op}({', '.join(rendered)})  # extern: {comment(node.op)} runs eagerly")
+        if node.param("outputs"):
+            self.lines.append(f"    {self.var(node.name)} = {target}[0]")
+
+    def view(self, node: Node) -> None:
+        source = self.var(node.inputs[0])
+        target = self.var(node.name)
+        if node.op == "output_of":
+            extern = self.var(node.inputs[0])
+            self.lines.append(f"    {target} = {extern}_all[{int(node.param('index'))}]")
+            return
+        if node.op == "reshape":
+            expr = f"{source}.reshape({render_shape(node.type.shape)})"
+        elif node.op == "expand":
+            expr = f"{source}.expand({render_shape(node.type.shape)})"
+        elif node.op == "permute":
+            expr = f"{source}.permute({tuple(int(d) for d in node.param('dims'))})"
+        elif node.op == "slice":
+            dim, start, step = int(node.param("dim")), node.param("start"), int(node.param("step"))
+            length = node.type.shape[dim]
+            expr = (f"torch.ops.aten.slice.Tensor({source}, {dim}, {render_dim(start)}, "
+                    f"{render_dim(start + length * step)}, {step})")
+        elif node.op == "select":
+            expr = f"{source}.select({int(node.param('dim'))}, {int(node.param('index'))})"
+        else:
+            raise ValueError(f"no wrapper form for the view {node.op!r}")
+        self.lines.append(f"    {target} = {expr}  # view: no copy where PyTorch can avoid one")
+
+    def write(self, input_names: Sequence[str]) -> Program:
+        dense = self.contiguous_values()
+        params = [self.namer.identifier(display, f"value:{value}")
+                  for display, value in zip(input_names, self.graph.inputs)]
+        header = [f"def fusionlab_program({', '.join(params)}):"]
+        for binding in self.captured.symbols:
+            header.append(f"    {binding.symbol} = {params[binding.input_index]}.shape[{binding.dim}]")
+        first = params[0] if params else "None"
+        header.append(f"    device = {first}.device")
+        for value, param in zip(self.graph.inputs, params):
+            if value in dense and any(value in g.inputs for g in self.fused.groups if g.is_kernel):
+                header.append(f"    {param} = {param}.contiguous()")
+        for index, group in enumerate(self.fused.groups):
+            if group.is_kernel:
+                self.kernel(group, index, dense)
+            elif group.kind == "extern":
+                for name in group.nodes:
+                    self.extern(self.graph[name])
+            else:
+                for name in group.nodes:
+                    self.view(self.graph[name])
+        outputs = [self.var(v) for v in self.graph.outputs]
+        body = header + self.lines + [f"    return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
+        return Program("\n".join(body) + "\n", tuple(self.kernels), dict(self.constants), tuple(params))
+
+
+def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,
+                     force_looped: bool = False) -> Program:
+    names = [spec.name for spec in captured.inputs]
+    return ProgramWriter(graph, fused, captured, force_looped).write(names)
+
+
+def flatten_call(captured: CaptureResult, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """User arguments -> the graph's tensor inputs (parameters first), checking the specialised scalars."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    if spec != captured.input_spec:
+        raise TypeError(f"called with a different argument structure than captured ({spec} vs "
+                        f"{captured.input_spec}): pass arguments the way the example inputs were passed")
+    for position, expected in captured.constant_leaves:
+        if leaves[position] != expected:
+            raise ValueError(f"argument {position} was {expected!r} at capture and is {leaves[position]!r} now: "
+                             "Python scalars are specialised into the graph; explore again with the new value")
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    if captured.module is not None:
+        state = dict(captured.module.named_parameters()) | dict(captured.module.named_buffers())
+        tensors = [state[spec.name].detach() for spec in captured.inputs if spec.kind != "input"] + tensors
+    return tensors

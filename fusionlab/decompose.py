@@ -1,0 +1,292 @@
+"""Decompose: the captured aten graph -> fusionlab's primitive graph, through one rule table (`rules.RULES`).
+
+An aten op with no rule, or whose rule cannot handle its arguments, becomes an extern node: it runs as the
+eager aten call between kernels, and every view marks it as such.
+
+    >>> graph = decompose(capture(torch.sigmoid, (torch.randn(4),), {})).graph
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from fusionlab.capture import CaptureResult
+from fusionlab.names import sanitize
+from fusionlab.ir import Arg, Dim, Graph, Node, Ref, Scalar, TensorType
+from fusionlab.primitives import POINTWISE
+
+Rule = Callable[..., Any]
+
+
+class RuleNotApplicable(Exception):
+    """A rule met arguments it does not handle: the op runs as an extern op instead."""
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half-precision values are computed in float32 and stored in their own dtype."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _broadcast_shape(shapes: Sequence[tuple[Dim, ...]]) -> tuple[Dim, ...]:
+    rank = max((len(s) for s in shapes), default=0)
+    result: list[Dim] = [1] * rank
+    for shape in shapes:
+        padded = (1,) * (rank - len(shape)) + tuple(shape)
+        for i, dim in enumerate(padded):
+            if dim != 1:
+                if result[i] != 1 and result[i] != dim:
+                    raise RuleNotApplicable(f"shapes {shapes} do not broadcast")
+                result[i] = dim
+    return tuple(result)
+
+
+@dataclass
+class Builder:
+    """Appends primitive nodes; rules call its verbs. `expected` is the aten node's own output type."""
+
+    nodes: list[Node]
+    types: dict[str, TensorType]
+    origin: str = ""
+    expected: Any = None
+    _counts: dict[str, int] | None = None
+
+    def type_of(self, value: Ref) -> TensorType:
+        return self.types[value.name]
+
+    def _add(self, kind: str, op: str, args: tuple[Arg, ...], out: TensorType,
+             params: dict[str, Any] | None = None, base: str | None = None) -> Ref:
+        counts = self._counts if self._counts is not None else {}
+        self._counts = counts
+        base = base or (op if op.isidentifier() else "node")
+        number = counts.get(base, 0)
+        counts[base] = number + 1
+        name = base if number == 0 else f"{base}_{number}"
+        while name in self.types:
+            number += 1
+            counts[base] = number + 1
+            name = f"{base}_{number}"
+        node = Node(name, kind, op, args, out, tuple(sorted((params or {}).items())), self.origin)  # type: ignore[arg-type]
+        self.nodes.append(node)
+        self.types[name] = out
+        return Ref(name)
+
+    # -- pointwise ---------------------------------------------------------------------------------
+    def result_dtype(self, *operands: Arg) -> torch.dtype:
+        examples: list[Any] = []
+        for operand in operands:
+            if isinstance(operand, Ref):
+                examples.append(torch.empty(1, dtype=self.type_of(operand).dtype))
+            elif operand is not None:
+                examples.append(operand)
+        result = examples[0] if len(examples) == 1 and isinstance(examples[0], torch.Tensor) else None
+        if result is not None:
+            return result.dtype
+        dtype = torch.result_type(examples[0], examples[1]) if len(examples) > 1 else torch.float32
+        for extra in examples[2:]:
+            dtype = torch.promote_types(dtype, torch.result_type(torch.empty(1, dtype=dtype), extra))
+        return dtype
+
+    def pointwise(self, op: str, *operands: Arg, dtype: torch.dtype | None = None) -> Ref:
+        """`op` over broadcast operands, computed in their common dtype; returns a value of `dtype`."""
+        primitive = POINTWISE[op]
+        if len(operands) != primitive.arity:
+            raise RuleNotApplicable(f"{op} takes {primitive.arity} operands, got {len(operands)}")
+        data = operands[1:] if op == "where" else operands
+        common = self.result_dtype(*data)
+        if primitive.returns_bool:
+            out_dtype = torch.bool
+        else:
+            out_dtype = dtype or common
+        shape = _broadcast_shape([self.type_of(o).shape for o in operands if isinstance(o, Ref)])
+        prepared: list[Arg] = []
+        for index, operand in enumerate(operands):
+            if isinstance(operand, Ref):
+                target = torch.bool if (op == "where" and index == 0) else common
+                operand = self.broadcast(self.cast(operand, target), shape)
+            prepared.append(operand)
+        node_dtype = torch.bool if primitive.returns_bool else common
+        result = self._add("pointwise", op, tuple(prepared), TensorType(shape, node_dtype))
+        return self.cast(result, out_dtype)
+
+    def cast(self, value: Ref, dtype: torch.dtype) -> Ref:
+        current = self.type_of(value)
+        if current.dtype == dtype:
+            return value
+        return self._add("pointwise", "cast", (value,), current.with_dtype(dtype), {"dtype": dtype})
+
+    def full(self, value: Scalar, like: Ref, dtype: torch.dtype | None = None) -> Ref:
+        """A constant broadcast to `like`'s shape (a pointwise copy of a scalar)."""
+        kind = like if dtype is None else self.cast(like, dtype)
+        zero = self.pointwise("mul", kind, 0)
+        return self.pointwise("add", zero, value)
+
+    # -- views -------------------------------------------------------------------------------------
+    def reshape(self, value: Ref, shape: Sequence[Dim]) -> Ref:
+        current = self.type_of(value)
+        if tuple(current.shape) == tuple(shape):
+            return value
+        return self._add("view", "reshape", (value,), TensorType(tuple(shape), current.dtype),
+                         {"shape": tuple(shape)})
+
+    def broadcast(self, value: Ref, shape: tuple[Dim, ...]) -> Ref:
+        current = self.type_of(value)
+        if tuple(current.shape) == shape:
+            return value
+        padded = (1,) * (len(shape) - current.rank) + tuple(current.shape)
+        value = self.reshape(value, padded)
+        if padded == shape:
+            return value
+        return self._add("view", "expand", (value,), TensorType(shape, current.dtype), {"shape": shape})
+
+    def view(self, op: str, value: Ref, out_shape: tuple[Dim, ...], **params: Any) -> Ref:
+        current = self.type_of(value)
+        return self._add("view", op, (value,), TensorType(out_shape, current.dtype), params)
+
+    # -- reductions --------------------------------------------------------------------------------
+    def reduce(self, op: str, value: Ref, axes: Sequence[int], keepdim: bool,
+               dtype: torch.dtype | None = None) -> Ref:
+        current = self.type_of(value)
+        rank = current.rank
+        axes = tuple(sorted({a % rank for a in axes})) if rank else ()
+        if not axes:
+            if rank == 0:
+                return self.pointwise("copy", value) if op not in ("argmax", "argmin") else self.full(0, value,
+                                                                                                    torch.int64)
+            axes = tuple(range(rank))
+        if dtype is not None:
+            value = self.cast(value, dtype)
+            current = self.type_of(value)
+        if op in ("sum", "prod") and dtype is None and not current.dtype.is_floating_point \
+                and not current.dtype.is_complex:
+            value = self.cast(value, torch.int64)
+            current = self.type_of(value)
+        shape = tuple((1 if i in axes else d) for i, d in enumerate(current.shape) if keepdim or i not in axes)
+        out_dtype = torch.int64 if op in ("argmax", "argmin") else current.dtype
+        return self._add("reduction", op, (value,), TensorType(shape, out_dtype),
+                         {"axes": axes, "keepdim": keepdim})
+
+    def reduced_numel(self, value: Ref, axes: Sequence[int]) -> int:
+        shape = self.type_of(value).shape
+        count: Any = 1
+        for axis in ({a % len(shape) for a in axes} if axes else range(len(shape))):
+            count = count * shape[axis]
+        if not isinstance(count, int) and not getattr(count, "is_number", False):
+            raise RuleNotApplicable("the reduced size is symbolic")
+        return int(count)
+
+
+@dataclass(frozen=True)
+class DecomposeResult:
+    graph: Graph
+    fallbacks: tuple[tuple[str, str], ...]  # (aten node, reason it runs as an extern op)
+
+
+def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> DecomposeResult:
+    """Apply the rule table to every aten node, in program order."""
+    from fusionlab.rules import RULES  # rules import this module's Builder
+
+    table = RULES if rules is None else rules
+    nodes: list[Node] = []
+    builder = Builder(nodes, {})
+    env: dict[str, Any] = {}
+    fallbacks: list[tuple[str, str]] = []
+    inputs: list[str] = []
+    outputs: list[str] = []
+    display = {spec.placeholder: sanitize(spec.name) for spec in captured.inputs}
+    for fx_node in captured.graph_module.graph.nodes:
+        if fx_node.op == "placeholder":
+            builder.origin = fx_node.name
+            ref = builder._add("input", "input", (), captured.types[fx_node.name], base=display[fx_node.name])
+            inputs.append(ref.name)
+            env[fx_node.name] = ref
+        elif fx_node.op == "output":
+            for value in pytree.tree_leaves(fx_node.args[0]):
+                ref = env[value.name]
+                outputs.append(ref.name)
+        elif fx_node.target is operator.getitem:
+            env[fx_node.name] = env[fx_node.args[0].name][fx_node.args[1]]
+        elif fx_node.op == "call_function":
+            if fx_node.name not in captured.types and fx_node.name not in captured.multi_types:
+                env[fx_node.name] = None  # a size computation: shapes come from the types, not from these
+                continue
+            env[fx_node.name] = _apply(builder, table, fx_node, env, captured, fallbacks)
+    return DecomposeResult(Graph(tuple(inputs), tuple(nodes), tuple(outputs)), tuple(fallbacks))
+
+
+def _expected(fx_node: torch.fx.Node, captured: CaptureResult) -> Any:
+    if fx_node.name in captured.multi_types:
+        return captured.multi_types[fx_node.name]
+    return captured.types.get(fx_node.name)
+
+
+def _apply(builder: Builder, table: dict[Any, Rule], fx_node: torch.fx.Node, env: dict[str, Any],
+           captured: CaptureResult, fallbacks: list[tuple[str, str]]) -> Any:
+    target = fx_node.target
+    rule = table.get(target) or table.get(getattr(target, "overloadpacket", None))
+    builder.origin = fx_node.name
+    builder.expected = _expected(fx_node, captured)
+    args, kwargs = pytree.tree_map(lambda a: env[a.name] if isinstance(a, torch.fx.Node) else a,
+                                   (fx_node.args, fx_node.kwargs))
+    if rule is not None:
+        mark = len(builder.nodes)
+        try:
+            result = rule(builder, *args, **kwargs)
+            return _check(builder, result, builder.expected)
+        except (RuleNotApplicable, KeyError, TypeError, ValueError, IndexError) as error:
+            for node in builder.nodes[mark:]:
+                builder.types.pop(node.name, None)
+            del builder.nodes[mark:]
+            reason = f"the {_short(target)} rule does not handle these arguments ({error}): runs as an extern op"
+    else:
+        reason = f"no decomposition rule for {_short(target)}: runs as an extern op between kernels"
+    fallbacks.append((fx_node.name, reason))
+    return _extern(builder, fx_node, args, kwargs, reason)
+
+
+def _short(target: Any) -> str:
+    name = getattr(target, "__name__", str(target))
+    namespace = getattr(target, "namespace", None)
+    return f"{namespace}.{name}" if namespace else name
+
+
+def _check(builder: Builder, result: Any, expected: Any) -> Any:
+    if isinstance(result, Ref):
+        if expected is None:
+            return result
+        actual = builder.type_of(result)
+        if tuple(actual.shape) != tuple(expected.shape):
+            raise RuleNotApplicable(f"rule produced shape {actual.shape}, aten gives {expected.shape}")
+        return builder.cast(result, expected.dtype)
+    if isinstance(result, (tuple, list)):
+        expected_items = expected if isinstance(expected, tuple) else (None,) * len(result)
+        return tuple(_check(builder, r, e) for r, e in zip(result, expected_items))
+    return result
+
+
+def _extern(builder: Builder, fx_node: torch.fx.Node, args: Any, kwargs: Any, reason: str) -> Any:
+    expected = builder.expected
+    target = fx_node.target
+    params = {"target": target, "call": (args, kwargs), "reason": reason,
+              "extra_refs": tuple(r.name for r in pytree.tree_leaves((args, kwargs)) if isinstance(r, Ref))}
+    op = _short(target)
+    if isinstance(expected, tuple):
+        first = next((e for e in expected if e is not None), None)
+        if first is None:
+            raise RuleNotApplicable(f"{op} returns no tensors")
+        packed = builder._add("extern", op, (), first, params | {"outputs": len(expected)})
+        results = [packed]
+        for index, item in enumerate(expected[1:], start=1):
+            if item is None:
+                results.append(None)  # type: ignore[arg-type]
+                continue
+            results.append(builder._add("view", "output_of", (packed,), item, {"index": index}))
+        return tuple(results)
+    if expected is None:
+        raise RuleNotApplicable(f"{op} returns no tensor")
+    return builder._add("extern", op, (), expected, params)

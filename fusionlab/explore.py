@@ -1,0 +1,188 @@
+"""`fusionlab.explore`: the lazy pipeline over one function and its example inputs.
+
+    >>> ex = explore(lambda x, b: torch.nn.functional.gelu(x + b), torch.randn(8, 16), torch.randn(16))
+    >>> ex.fused
+    Fused(policy='default', 1 kernel, 0 extern, 9 decisions)
+    >>> out = ex(torch.randn(8, 16), torch.randn(16))
+    >>> ex.verify().ok
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from fusionlab.capture import capture
+from fusionlab.codegen.program import flatten_call, generate_program
+from fusionlab.decompose import decompose
+from fusionlab.fusion.fuse import fuse
+from fusionlab.fusion.policy import Policy, resolve_policy
+from fusionlab.runtime.interpreter import triton
+from fusionlab.runtime.launch import KernelHandle, empty
+from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated
+from fusionlab.verify import VerifyReport, check_inputs, random_like_inputs, verify_outputs
+
+__all__ = ["Exploration", "explore"]
+
+
+class Exploration:
+    """One function and its example inputs; each stage is computed on first use, once."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                 policy: str | Policy = "default", dynamic: bool = False, forbid: Sequence[tuple[str, str]] = (),
+                 force: Sequence[tuple[str, str]] = (), looped_reductions: bool = False,
+                 _shared: dict[str, Any] | None = None) -> None:
+        self.fn = fn
+        self.example_args = args
+        self.example_kwargs = kwargs
+        self.policy = resolve_policy(policy)
+        self.dynamic = dynamic
+        self.forbid = tuple(forbid)
+        self.force = tuple(force)
+        self.looped_reductions = looped_reductions
+        self._shared = _shared or {}
+
+    @property
+    def example_inputs(self) -> tuple[Any, ...]:
+        return self.example_args
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__name__", type(self.fn).__name__)
+        return f"Exploration({name}, policy={self.policy.name!r}, dynamic={self.dynamic})"
+
+    # -- stages ---------------------------------------------------------------------------------
+    @functools.cached_property
+    def captured(self) -> Captured:
+        if "captured" in self._shared:
+            return self._shared["captured"]  # type: ignore[no-any-return]
+        start = time.perf_counter()
+        result = capture(self.fn, self.example_args, self.example_kwargs, self.dynamic)
+        return Captured(result, time.perf_counter() - start)
+
+    @functools.cached_property
+    def decomposed(self) -> Decomposed:
+        if "decomposed" in self._shared:
+            return self._shared["decomposed"]  # type: ignore[no-any-return]
+        start = time.perf_counter()
+        result = decompose(self.captured.result)
+        return Decomposed(result.graph, result.fallbacks, self.captured, time.perf_counter() - start)
+
+    @functools.cached_property
+    def fused(self) -> Fused:
+        start = time.perf_counter()
+        result = fuse(self.decomposed.graph, self.policy, self.forbid, self.force)
+        return Fused(result.groups, result.decisions, result.partitions, self.policy.name, self.decomposed,
+                     time.perf_counter() - start)
+
+    @functools.cached_property
+    def generated(self) -> Generated:
+        start = time.perf_counter()
+        program = generate_program(self.decomposed.graph, self._fuse_result(), self.captured.result,
+                                   self.looped_reductions)
+        return Generated(program, self.fused, time.perf_counter() - start)
+
+    def _fuse_result(self) -> Any:
+        from fusionlab.fusion.fuse import FuseResult
+
+        fused = self.fused
+        return FuseResult(fused.groups, fused.decisions, fused.partitions)
+
+    @functools.cached_property
+    def compiled(self) -> Compiled:
+        start = time.perf_counter()
+        generated = self.generated
+        from fusionlab.codegen.program import KERNEL_PREAMBLE
+
+        handles = tuple(KernelHandle(k.name, k.kind, KERNEL_PREAMBLE + "\n\n" + k.source, k.persistent)
+                        for k in generated.kernels)
+        namespace: dict[str, Any] = {"torch": torch, "empty": empty, "triton": triton}
+        namespace.update(generated.program.namespace_constants)
+        for handle in handles:
+            namespace[handle.name] = handle
+        namespace["launch"] = _launch
+        code = compile(generated.wrapper, "<fusionlab program>", "exec")
+        exec(code, namespace)  # noqa: S102 - our own generated source
+        return Compiled(namespace["fusionlab_program"], handles, generated, time.perf_counter() - start)
+
+    # -- running --------------------------------------------------------------------------------
+    def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+        tensors = flatten_call(self.captured.result, args, kwargs)
+        check_inputs(self.captured.result, tensors)
+        return tensors
+
+    def run_flat(self, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Run on graph inputs in order (parameters and buffers first); returns the flat outputs."""
+        with torch.no_grad():
+            return tuple(self.compiled(*tensors))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        outputs = self.run_flat(self.flat_inputs(args, kwargs))
+        return pytree.tree_unflatten(list(outputs), self.captured.result.output_spec)
+
+    def verify(self, seed: int | None = None) -> VerifyReport:
+        """Run eager and fused on fresh random inputs; the max abs/rel error per output."""
+        args, kwargs = random_like_inputs(self.example_args, self.example_kwargs, seed)
+        with torch.no_grad():
+            expected = self.fn(*args, **kwargs)
+        actual = self(*args, **kwargs)
+        return verify_outputs(pytree.tree_leaves(expected), pytree.tree_leaves(actual))
+
+    def with_fusion(self, forbid: Sequence[tuple[str, str]] = (),
+                    force: Sequence[tuple[str, str]] = ()) -> Exploration:
+        """A new exploration with decisions changed (node names as in `decomposed`; see `fused.decisions`)."""
+        shared = {"captured": self.captured, "decomposed": self.decomposed}
+        result = Exploration(self.fn, self.example_args, self.example_kwargs, policy=self.policy,
+                             dynamic=self.dynamic, forbid=self.forbid + tuple(forbid),
+                             force=self.force + tuple(force), looped_reductions=self.looped_reductions,
+                             _shared=shared)
+        result.fused  # noqa: B018 - validate the request now: an illegal forced fusion raises here
+        return result
+
+    # -- the measuring and viewing layers (optional extras, imported on use) ----------------------
+    def benchmark(self, **options: Any) -> Any:
+        """Timings of eager, fusionlab and Inductor: a `BenchReport` (see fusionlab.bench)."""
+        from fusionlab.bench import benchmark
+
+        return benchmark(self, **options)
+
+    def inductor(self) -> Any:
+        """TorchInductor's kernels and fusion decisions for the same function (see fusionlab.inductor)."""
+        from fusionlab.inductor import inductor_view
+
+        names = tuple(node.name for node in self.captured.aten_nodes)
+        return inductor_view(self.fn, self.example_args, captured_node_names=names)
+
+    def show(self) -> Any:
+        """The Explorer widget: graph, groups, sources and timings, linked."""
+        from fusionlab.widgets import Explorer
+
+        return Explorer(self)
+
+    def to_html(self, path: str | None = None) -> str:
+        """All views as one self-contained HTML page; written to `path` when given."""
+        from fusionlab.report import exploration_html
+
+        page = exploration_html(self)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(page)
+        return page
+
+
+def _launch(handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> None:
+    handle.launch(*args, xnumel=xnumel, rnumel=rnumel)
+
+
+def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy = "default",
+            dynamic: bool = False, looped_reductions: bool = False, **example_kwargs: Any) -> Exploration:
+    """Start exploring `fn` on example inputs. Nothing runs until a stage is asked for."""
+    if not callable(fn):
+        raise TypeError(f"explore() needs a function or nn.Module, got {type(fn).__name__}")
+    return Exploration(fn, example_inputs, example_kwargs, policy=policy, dynamic=dynamic,
+                       looped_reductions=looped_reductions)

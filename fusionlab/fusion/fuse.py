@@ -1,0 +1,240 @@
+"""The fusion pass: greedy producer->consumer merging, one recorded decision per pair considered.
+
+Start with one group per primitive. Walk the consumers in program order; for each value a consumer group reads
+from another group, ask (1) the user's forbid/force lists, (2) the policy, (3) whether one kernel can hold both
+(one iteration domain) and (4) whether merging would create a cycle. Every answer is a `FusionDecision`.
+
+    >>> result = fuse(graph, DefaultFusion())
+    >>> [d.fused for d in result.decisions]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from fusionlab.fusion.domain import Domain, analyse
+from fusionlab.fusion.policy import GroupInfo, Policy, Verdict
+from fusionlab.ir import Graph
+
+
+class FusionError(ValueError):
+    """A requested fusion cannot be done; the message says why."""
+
+
+@dataclass(frozen=True)
+class FusionDecision:
+    """One pair the pass considered: the value's producer node, its consumer node, and the verdict."""
+
+    step: int
+    producer: str
+    consumer: str
+    fused: bool
+    reason: str
+    bytes_saved: int
+    producer_group: tuple[str, ...] = ()
+    consumer_group: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    """Nodes that become one kernel (or one extern call, or one view between kernels)."""
+
+    name: str
+    kind: str
+    nodes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    bytes_read: int
+    bytes_written: int
+    origins: tuple[str, ...]
+    domain: Domain | None
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.kind in ("pointwise", "reduction")
+
+
+@dataclass(frozen=True)
+class FuseResult:
+    groups: tuple[FusionGroup, ...]
+    decisions: tuple[FusionDecision, ...]
+    partitions: tuple[tuple[tuple[str, ...], ...], ...]  # the partition after each decision (index 0: before any)
+
+
+class _Partition:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        computing = [n.name for n in graph.nodes if n.kind != "input"]
+        self.group_of = {name: name for name in computing}
+        self.members: dict[str, list[str]] = {name: [name] for name in computing}
+        self.order = {n.name: i for i, n in enumerate(graph.nodes)}
+        self.users = graph.users()
+        self.outputs = set(graph.outputs)
+
+    def snapshot(self) -> tuple[tuple[str, ...], ...]:
+        return tuple(tuple(m) for _, m in sorted(self.members.items(), key=lambda kv: self.order[kv[1][0]]))
+
+    def external_inputs(self, group: str) -> list[str]:
+        members = set(self.members[group])
+        seen: dict[str, None] = {}
+        for name in self.members[group]:
+            for value in self.graph[name].inputs:
+                if value not in members:
+                    seen[value] = None
+        return list(seen)
+
+    def stored(self, members: Iterable[str]) -> list[str]:
+        inside = set(members)
+        return [m for m in sorted(inside, key=self.order.__getitem__)
+                if m in self.outputs or any(u not in inside for u in self.users[m])]
+
+    def creates_cycle(self, producer: str, consumer: str) -> bool:
+        """Merging is illegal if the consumer is reachable from the producer through a third group."""
+        start = [self.group_of[u] for m in self.members[producer] for u in self.users[m]
+                 if self.group_of.get(u) not in (producer, consumer, None)]
+        seen: set[str] = set()
+        while start:
+            group = start.pop()
+            if group == consumer:
+                return True
+            if group in seen:
+                continue
+            seen.add(group)
+            start.extend(self.group_of[u] for m in self.members[group] for u in self.users[m]
+                         if self.group_of.get(u) not in (group, None))
+        return False
+
+    def merge(self, producer: str, consumer: str) -> None:
+        merged = sorted(self.members[producer] + self.members[consumer], key=self.order.__getitem__)
+        del self.members[producer]
+        self.members[consumer] = merged
+        for name in merged:
+            self.group_of[name] = consumer
+
+    def info(self, group: str) -> GroupInfo:
+        return GroupInfo(tuple(self.graph[n] for n in self.members[group]))
+
+
+def _bytes_saved(partition: _Partition, producer: str, consumer: str) -> int:
+    inside = set(partition.members[producer]) | set(partition.members[consumer])
+    saved = 0
+    for value in partition.external_inputs(consumer):
+        if partition.group_of.get(value) != producer:
+            continue
+        nbytes = partition.graph[value].type.nbytes()
+        still_stored = value in partition.outputs or any(u not in inside for u in partition.users[value])
+        saved += nbytes if still_stored else 2 * nbytes
+    return saved
+
+
+def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
+         force: Sequence[tuple[str, str]] = ()) -> FuseResult:
+    partition = _Partition(graph)
+    forbidden = {tuple(pair) for pair in forbid}
+    forced = {tuple(pair) for pair in force}
+    _check_names(graph, forbidden | forced)
+    decisions: list[FusionDecision] = []
+    partitions = [partition.snapshot()]
+    considered: set[tuple[frozenset[str], frozenset[str]]] = set()
+    for node in graph.nodes:
+        if node.kind == "input":
+            continue
+        while True:
+            consumer = partition.group_of[node.name]
+            if partition.info(consumer).kind == "view" and not _forced_into(forced, partition, consumer):
+                break  # a view joins its consumer, never its producer: that would store a broadcast copy
+            candidates = []
+            for value in partition.external_inputs(consumer):
+                producer = partition.group_of.get(value)
+                if producer is None:
+                    continue
+                key = (frozenset(partition.members[producer]), frozenset(partition.members[consumer]))
+                if key in considered:
+                    continue
+                user = next(m for m in partition.members[consumer] if value in graph[m].inputs)
+                candidates.append((-policy.score(partition.info(producer), partition.info(consumer)),
+                                   partition.order[value], value, user, producer, key))
+            if not candidates:
+                break
+            _, _, value, user, producer, key = min(candidates)
+            considered.add(key)
+            verdict = _decide(partition, policy, producer, consumer, (value, user), forbidden, forced)
+            decisions.append(FusionDecision(
+                len(decisions), value, user, verdict.ok, verdict.reason,
+                _bytes_saved(partition, producer, consumer) if verdict.ok else 0,
+                tuple(partition.members[producer]), tuple(partition.members[consumer])))
+            if verdict.ok:
+                partition.merge(producer, consumer)
+            partitions.append(partition.snapshot())
+    groups = tuple(describe_group(graph, members, partition.stored(members), index)
+                   for index, members in enumerate(partition.snapshot()))
+    return FuseResult(groups, tuple(decisions), tuple(partitions))
+
+
+def _forced_into(forced: set[tuple[str, str]], partition: _Partition, group: str) -> bool:
+    return any(consumer in partition.members[group] for _, consumer in forced)
+
+
+def _check_names(graph: Graph, pairs: set[tuple[str, str]]) -> None:
+    for pair in pairs:
+        for name in pair:
+            if name not in graph:
+                known = ", ".join(n.name for n in graph.nodes if n.kind != "input")
+                raise FusionError(f"no node named {name!r} in the decomposed graph; its nodes are: {known}")
+
+
+def _decide(partition: _Partition, policy: Policy, producer: str, consumer: str, pair: tuple[str, str],
+            forbidden: set[tuple[str, str]], forced: set[tuple[str, str]]) -> Verdict:
+    members = partition.members[producer] + partition.members[consumer]
+    legal = analyse(partition.graph, members, partition.stored(members))
+    cycle = partition.creates_cycle(producer, consumer)
+    is_forced = any(a in partition.members[producer] and b in partition.members[consumer] for a, b in forced)
+    if pair in forbidden or any(a in partition.members[producer] and b in partition.members[consumer]
+                                for a, b in forbidden):
+        return Verdict(False, "forbidden by the user (with_fusion(forbid=...))")
+    if is_forced:
+        if isinstance(legal, str) or cycle:
+            reason = legal if isinstance(legal, str) else "fusing them would create a cycle between kernels"
+            raise FusionError(f"cannot force fusing {pair[0]} into {pair[1]}: {reason}")
+        return Verdict(True, "forced by the user (with_fusion(force=...))")
+    verdict = policy.can_fuse(partition.info(producer), partition.info(consumer))
+    if not verdict.ok:
+        return verdict
+    if isinstance(legal, str):
+        return Verdict(False, legal)
+    if cycle:
+        return Verdict(False, "fusing them would create a cycle: another kernel sits between them")
+    return verdict
+
+
+def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], index: int) -> FusionGroup:
+    nodes = [graph[m] for m in members]
+    info = GroupInfo(tuple(nodes))
+    inside = set(members)
+    inputs = list(dict.fromkeys(v for n in nodes for v in n.inputs if v not in inside))
+    domain = None
+    if info.kind in ("pointwise", "reduction"):
+        result = analyse(graph, members, stored)
+        domain = result if isinstance(result, Domain) else None
+    if info.kind == "view":
+        read = written = 0
+    else:
+        # Each input tensor is read once and each stored value written once (broadcast loads hit the cache).
+        read = sum(graph[_storage(graph, v)].type.nbytes() for v in dict.fromkeys(_storage(graph, v)
+                                                                                 for v in inputs))
+        written = sum(graph[v].type.nbytes() for v in stored)
+    ops = [n.op for n in nodes if n.kind in ("pointwise", "reduction", "extern")] or [nodes[0].op]
+    label = "_".join(dict.fromkeys(o.replace(".", "_") for o in ops))
+    name = f"{info.kind}_{index}_{label[:48]}"
+    origins = tuple(dict.fromkeys(n.origin for n in nodes))
+    return FusionGroup(name, info.kind, tuple(members), tuple(inputs), tuple(stored), read, written, origins,
+                       domain)
+
+
+def _storage(graph: Graph, value: str) -> str:
+    """Follow views back to the tensor they read, so a broadcast input counts its own bytes once."""
+    node = graph[value]
+    while node.kind == "view" and node.op in ("expand", "reshape") and node.inputs:
+        node = graph[node.inputs[0]]
+    return node.name

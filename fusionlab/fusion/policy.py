@@ -1,0 +1,133 @@
+"""Fusion policies: small objects that say whether a producer group may fuse into a consumer group, and why.
+
+A policy only states preference; whether a kernel can exist at all (one iteration domain, no cycle) is checked
+by the fusion pass itself. Write your own in a notebook cell:
+
+    >>> class OnlyExp:
+    ...     name = "only-exp"
+    ...     def can_fuse(self, producer, consumer):
+    ...         return Verdict("exp" in producer.ops, "fuse only after exp")
+    ...     def score(self, producer, consumer):
+    ...         return 0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from fusionlab.ir import Node
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """What a policy sees of a group: its nodes and their kinds."""
+
+    nodes: tuple[Node, ...]
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(n.op for n in self.nodes)
+
+    @property
+    def kind(self) -> str:
+        kinds = {n.kind for n in self.nodes}
+        for kind in ("extern", "reduction", "pointwise"):
+            if kind in kinds:
+                return kind
+        return "view"
+
+    @property
+    def label(self) -> str:
+        return "+".join(n.name for n in self.nodes)
+
+
+class Policy(Protocol):
+    name: str
+
+    def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict: ...
+
+    def score(self, producer: GroupInfo, consumer: GroupInfo) -> int: ...
+
+
+def _extern_reason(producer: GroupInfo, consumer: GroupInfo) -> Verdict | None:
+    for side in (producer, consumer):
+        if side.kind == "extern":
+            op = side.nodes[0].op
+            where = "cuBLAS" if any(k in op for k in ("mm", "matmul", "linear", "bmm")) else "eager PyTorch"
+            return Verdict(False, f"extern op: {op} runs in {where} between kernels")
+    return None
+
+
+class NoFusion:
+    """One kernel per primitive: the unfused baseline."""
+
+    name = "none"
+
+    def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict:
+        return _extern_reason(producer, consumer) or Verdict(False, "policy 'none': one kernel per primitive")
+
+    def score(self, producer: GroupInfo, consumer: GroupInfo) -> int:
+        return 0
+
+
+class PointwiseFusion:
+    """Fuse chains of pointwise ops; reductions stay kernels of their own."""
+
+    name = "pointwise"
+
+    def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict:
+        blocked = _extern_reason(producer, consumer)
+        if blocked:
+            return blocked
+        if producer.kind == "reduction" or consumer.kind == "reduction":
+            return Verdict(False, "policy 'pointwise' keeps reductions in kernels of their own")
+        return Verdict(True, "both are pointwise over the same elements: one pass, the intermediate stays in "
+                             "registers")
+
+    def score(self, producer: GroupInfo, consumer: GroupInfo) -> int:
+        return 1
+
+
+class DefaultFusion:
+    """Pointwise chains, and reductions with their pointwise prologue and epilogue."""
+
+    name = "default"
+
+    def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict:
+        blocked = _extern_reason(producer, consumer)
+        if blocked:
+            return blocked
+        kinds = (producer.kind, consumer.kind)
+        if kinds == ("reduction", "reduction"):
+            return Verdict(True, "both reduce the same rows: one kernel keeps the row in registers")
+        if consumer.kind == "reduction":
+            return Verdict(True, "pointwise prologue of a reduction: computed as the rows are loaded")
+        if producer.kind == "reduction":
+            return Verdict(True, "pointwise epilogue of a reduction: applied before the result is stored")
+        return Verdict(True, "both are pointwise over the same elements: one pass, the intermediate stays in "
+                             "registers")
+
+    def score(self, producer: GroupInfo, consumer: GroupInfo) -> int:
+        return 2 if "reduction" in (producer.kind, consumer.kind) else 1
+
+
+BUILTIN_POLICIES: dict[str, type] = {"none": NoFusion, "pointwise": PointwiseFusion, "default": DefaultFusion}
+
+
+def resolve_policy(policy: str | Policy) -> Policy:
+    if isinstance(policy, str):
+        if policy not in BUILTIN_POLICIES:
+            raise ValueError(f"unknown fusion policy {policy!r}: use one of {sorted(BUILTIN_POLICIES)} or an "
+                             "object with can_fuse(producer, consumer) and score(producer, consumer)")
+        return BUILTIN_POLICIES[policy]()
+    if not (hasattr(policy, "can_fuse") and hasattr(policy, "score")):
+        raise TypeError(f"{policy!r} is not a fusion policy: it needs can_fuse(producer, consumer) -> Verdict and "
+                        "score(producer, consumer) -> int")
+    return policy

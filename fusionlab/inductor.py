@@ -1,0 +1,384 @@
+"""TorchInductor beside fusionlab: its kernels, the aten ops in each, and why it did not fuse.
+
+This is the one module that touches Inductor's private API (its config, `run_and_get_code`, the scheduler's
+`WhyNoFuse` records on the `torch._inductor.scheduler.__fusion` logger, and the comments and metadata in
+its generated code). Tested against the installed torch; written for torch 2.11 to 2.14.
+
+    >>> view = inductor_view(lambda x: torch.softmax(x, -1), (torch.randn(64, 256),))
+    >>> [kernel.name for kernel in view.kernels]
+    ['cpp_fused__softmax_0']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import logging
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any, Literal
+from unittest import mock
+
+import torch
+
+from fusionlab.inductor_records import (
+    CapturedNodes,
+    InductorDecision,
+    InductorKernel,
+    InductorView,
+    captured_pairs,
+    match_nodes,
+)
+
+__all__ = [
+    "InductorDecision",
+    "InductorKernel",
+    "InductorView",
+    "compile_inductor",
+    "inductor_view",
+    "warm_up_inductor",
+]
+
+_FUSION_LOGGER = "torch._inductor.scheduler.__fusion"
+
+
+# ---- running Inductor -----------------------------------------------------------------------------------
+
+
+def inductor_view(
+    fn: Callable[..., Any],
+    inputs: tuple[Any, ...],
+    *,
+    captured_node_names: CapturedNodes | None = None,
+    cpu_backend: Literal["cpp", "triton"] = "cpp",
+) -> InductorView:
+    """Compile `fn` with Inductor (caches off) and collect its kernels and fusion decisions.
+
+    `captured_node_names` names the aten nodes of our captured graph, in graph order: a mapping from node
+    name to aten target (`{"add": "aten.add.Tensor"}`), objects with `.name` and `.target`, or bare names
+    (`"mul_1"`, whose op is read off the name). Each kernel's aten ops are matched onto them by op and order.
+    On a CPU, `cpu_backend="triton"` asks for Triton source instead of C++: generated, not run.
+    Resets Dynamo (`torch._dynamo.reset()`), so other compiled functions recompile on their next call.
+    """
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    device = _device_of(fn, inputs)
+    generate_only = device.type == "cpu" and cpu_backend == "triton"
+    if cpu_backend not in ("cpp", "triton"):
+        raise ValueError(f"cpu_backend must be 'cpp' or 'triton', got {cpu_backend!r}")
+    settings: dict[str, Any] = {
+        "force_disable_caches": True,  # with the FX graph cache on, the scheduler does not run
+        "benchmark_kernel": True,  # puts kernel_num_gb and kernel_flop into each Triton kernel
+        "debug_fusion": True,  # "# Fused node name list: op0, op2" before each Triton launch
+        "cpp.descriptive_names": "original_aten",
+        "triton.descriptive_names": "original_aten",
+    }
+    collector = _FusionCollector()
+    codes: list[str] = []
+    with contextlib.ExitStack() as stack:
+        if generate_only:
+            settings.update({"cpu_backend": "triton", "compile_threads": 1})
+            stack.enter_context(_without_triton_driver())
+        stack.enter_context(config.patch(settings))
+        stack.enter_context(_quiet_compile())
+        stack.enter_context(collector)
+        stack.enter_context(torch.no_grad())
+        compiled = torch.compile(fn, backend="inductor", dynamic=False)
+        if generate_only:
+            codes = _generate_code(compiled, inputs)
+        else:
+            _, codes = run_and_get_code(compiled, *inputs)
+    if not codes:
+        raise RuntimeError(
+            f"Inductor produced no code for {getattr(fn, '__name__', type(fn).__name__)}: "
+            "the function may have no tensor operations, or Dynamo fell back to eager"
+        )
+    kernels: list[InductorKernel] = []
+    launches = 0
+    for index, code in enumerate(codes):
+        parsed, count = _parse_wrapper(code)
+        # A graph break gives several graphs, whose kernel numbering restarts: tell them apart.
+        kernels.extend(replace(k, name=f"{k.name}@graph{index}") if index else k for k in parsed)
+        launches += count
+    if captured_node_names is not None:
+        kernels = match_nodes(kernels, captured_pairs(captured_node_names))
+    return InductorView(
+        kernels=tuple(kernels),
+        decisions=collector.decisions(),
+        wrapper_source="\n\n".join(codes),
+        device=str(device),
+        launches=launches,
+        generated_only=generate_only,
+    )
+
+
+def compile_inductor(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Callable[..., Any], float]:
+    """`torch.compile(fn)` with Inductor, compiled cold (caches off) by one call on `inputs`.
+
+    Returns the compiled callable and the seconds that first call took (compilation plus one run).
+    Resets Dynamo first, so earlier compilations cannot be reused.
+    """
+    from torch._inductor import config
+
+    device = _device_of(fn, inputs)
+    torch._dynamo.reset()
+    with config.patch({"force_disable_caches": True}), _quiet_compile(), torch.no_grad():
+        compiled = torch.compile(fn, backend="inductor", dynamic=False)
+        start = time.perf_counter()
+        compiled(*inputs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - start
+    return compiled, seconds
+
+
+def warm_up_inductor(device: str | torch.device = "cpu") -> None:
+    """Compile a one-op function once, so that later cold compile times leave out the import cost."""
+    compile_inductor(lambda x: x + 1, (torch.ones(8, device=device),))
+
+
+def _device_of(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> torch.device:
+    tensors = [value for value in _flatten(inputs) if isinstance(value, torch.Tensor)]
+    if not tensors and isinstance(fn, torch.nn.Module):
+        tensors = list(fn.parameters())
+    return tensors[0].device if tensors else torch.device("cpu")
+
+
+def _flatten(value: Any) -> Iterator[Any]:
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _flatten(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _flatten(item)
+    else:
+        yield value
+
+
+def _generate_code(compiled: Callable[..., Any], inputs: tuple[Any, ...]) -> list[str]:
+    """Generate (not run) Inductor's code: the wrapper is saved before its kernels fail to load."""
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
+    torch._dynamo.reset()
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        try:
+            compiled(*inputs)
+        except Exception:
+            if not codes:
+                raise
+    return codes
+
+
+@contextlib.contextmanager
+def _without_triton_driver() -> Iterator[None]:
+    """Let Inductor's Triton codegen run on a machine with no GPU: it only wants a hash of the backend."""
+    import torch.utils._triton as triton_utilities
+
+    with mock.patch.object(triton_utilities, "triton_hash_with_backend", lambda: "CPU"):
+        yield
+
+
+@contextlib.contextmanager
+def _quiet_compile() -> Iterator[None]:
+    """Drop the notes Inductor prints under these settings; pass everything else through."""
+    buffer = io.StringIO()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*force disabled by torch.compiler.config")
+        try:
+            with contextlib.redirect_stderr(buffer):
+                yield
+        finally:
+            lines = buffer.getvalue().splitlines(True)
+            sys.stderr.write("".join(line for line in lines if not line.startswith("Compiled module path")))
+
+
+class _FusionCollector(logging.Handler):
+    """Turns the scheduler's fusion log into records: `WhyNoFuse` objects and "fusing %s with %s" lines.
+
+    The logger is switched on directly rather than through `torch._logging.set_logs(fusion=True)`, which
+    would reset the user's other log settings and also print every record to stderr.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self._records: list[InductorDecision] = []
+        self._saved: tuple[int, bool] = (logging.NOTSET, True)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message: Any = record.msg
+        if all(hasattr(message, field) for field in ("name1", "name2", "reason")):
+            arguments = tuple(getattr(message, "args", ()) or ())
+            reason = str(message.reason)
+            with contextlib.suppress(TypeError, ValueError):
+                reason = reason % arguments if arguments else reason
+            self._records.append(InductorDecision(str(message.name1), str(message.name2), reason, False))
+        elif message == "fusing %s with %s" and isinstance(record.args, tuple) and len(record.args) == 2:
+            self._records.append(InductorDecision(str(record.args[0]), str(record.args[1]), "fused", True))
+
+    def decisions(self) -> tuple[InductorDecision, ...]:
+        # The scheduler repeats some checks: keep the first of each.
+        return tuple(dict.fromkeys(self._records))
+
+    def __enter__(self) -> _FusionCollector:
+        logger = logging.getLogger(_FUSION_LOGGER)
+        self._saved = (logger.level, logger.propagate)
+        logger.addHandler(self)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        logger = logging.getLogger(_FUSION_LOGGER)
+        logger.removeHandler(self)
+        logger.setLevel(self._saved[0])
+        logger.propagate = self._saved[1]
+
+
+# ---- reading the generated code -------------------------------------------------------------------------
+
+_DEFINITION = re.compile(
+    r"^(?P<name>\w+) = async_compile\.(?P<kind>triton|cpp_pybinding|cpp)\([^\n]*?r?'''\n?(?P<body>.*?)'''",
+    re.MULTILINE | re.DOTALL,
+)
+_ORIGINAL_ATEN = re.compile(r"Original ATen: \[(?P<ops>[^\]]*)\]")
+_FUSED_NODES = re.compile(r"# Fused node name list: (?P<names>.*)")
+_EXTERN_CALL = re.compile(r"\b(?:extern_kernels\.(?P<extern>\w+)|torch\.ops\.aten\.(?P<fallback>\w+)\.\w+)\(")
+_NUM_GB = re.compile(r"'kernel_num_gb': (?P<value>[0-9.eE+-]+)")
+_FLOP = re.compile(r"'kernel_flop': (?P<value>[0-9]+)")
+
+
+def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
+    """The kernels of one wrapper module, in launch order, and the number of launches per call."""
+    definitions: dict[str, InductorKernel] = {}
+    for match in _DEFINITION.finditer(code):
+        name, body = match["name"], match["body"]
+        language = "triton" if match["kind"] == "triton" else "cpp"
+        comments = _comment_block_before(code, match.start())
+        ops = _ops_from_comment(comments) if language == "triton" else ()
+        if not ops:
+            ops = _ops_from_name(name)
+        num_gb, flops = _NUM_GB.search(body), _FLOP.search(body)
+        definitions[name] = InductorKernel(
+            name=name,
+            source=_trim_harness(body) if language == "triton" else body,
+            language=language,
+            aten_ops=ops,
+            node_names=(),
+            num_gb=float(num_gb["value"]) if num_gb else None,
+            flops=int(flops["value"]) if flops else None,
+        )
+    program = _DEFINITION.sub("", code)
+    ordered: dict[str, InductorKernel] = {}
+    launches = 0
+    pending_nodes: tuple[str, ...] = ()
+    for line in _call_body(program):
+        stripped = line.strip()
+        fused = _FUSED_NODES.search(stripped)
+        if fused:
+            pending_nodes = tuple(name.strip() for name in fused["names"].split(","))
+            continue
+        if stripped.startswith("#"):
+            continue
+        launched = re.match(r"(?:\w+ = )?(?P<name>\w+)(?:\.run)?\(", stripped)
+        if launched and launched["name"] in definitions:
+            name = launched["name"]
+            launches += 1
+            if name not in ordered:
+                ordered[name] = replace(definitions[name], scheduler_nodes=pending_nodes)
+            pending_nodes = ()
+            continue
+        extern = _EXTERN_CALL.search(stripped)
+        if extern:
+            op = extern["extern"] or extern["fallback"]
+            launches += 1
+            name = f"extern_{op}_{sum(k.language == 'extern' for k in ordered.values())}"
+            ordered[name] = InductorKernel(name, stripped, "extern", (op,), (), None, None)
+    for name, kernel in definitions.items():  # defined but never launched: keep, at the end
+        ordered.setdefault(name, kernel)
+    return list(ordered.values()), launches
+
+
+def _call_body(program: str) -> list[str]:
+    """The lines of the wrapper's `call` function (a method of `Runner` in newer torch)."""
+    match = re.search(r"^(?P<indent>[ \t]*)def call\((?:self, )?args\):\n", program, re.MULTILINE)
+    if match is None:
+        return []
+    lines = []
+    for line in program[match.end() :].splitlines():
+        if line.strip() and len(line) - len(line.lstrip()) <= len(match["indent"]):
+            break
+        lines.append(line)
+    return lines
+
+
+def _comment_block_before(code: str, position: int) -> str:
+    lines = code[:position].rstrip("\n").splitlines()
+    block: list[str] = []
+    for line in reversed(lines):
+        if not line.startswith("#"):
+            break
+        block.append(line)
+    return "\n".join(reversed(block))
+
+
+def _ops_from_comment(comments: str) -> tuple[str, ...]:
+    match = _ORIGINAL_ATEN.search(comments)
+    if match is None:
+        return ()
+    ops = (op.strip() for op in match["ops"].split(","))
+    return tuple(op.removeprefix("aten.") for op in ops if op)
+
+
+def _ops_from_name(kernel_name: str) -> tuple[str, ...]:
+    """Aten ops from a descriptive kernel name: `cpp_fused__softmax_add_0` -> ("_softmax", "add")."""
+    match = re.match(r"^(?:cpp|triton_\w{3})_fused_(?P<ops>.+?)_\d+$", kernel_name)
+    if match is None:
+        return ()
+    return _split_op_names(match["ops"])
+
+
+@functools.cache
+def _aten_op_names() -> frozenset[str]:
+    names = torch._C._dispatch_get_all_op_names()
+    return frozenset(name[len("aten::") :].split(".")[0] for name in names if name.startswith("aten::"))
+
+
+@functools.cache
+def _split_op_names(joined: str) -> tuple[str, ...]:
+    """Split names joined by "_" (names may hold "_" too) into the fewest known aten op names."""
+    known = _aten_op_names()
+    best: list[tuple[str, ...] | None] = [None] * (len(joined) + 2)
+    best[0] = ()
+    for start in range(len(joined) + 1):
+        found = best[start]
+        if found is None:
+            continue
+        for end in range(start + 1, len(joined) + 1):
+            word = joined[start:end]
+            if word in known and (end == len(joined) or joined[end] == "_"):
+                step = end + 1 if end < len(joined) else end
+                candidate = (*found, word)
+                current = best[step]
+                if current is None or len(candidate) < len(current):
+                    best[step] = candidate
+    return best[len(joined)] or ()
+
+
+def _trim_harness(source: str) -> str:
+    """Drop the benchmark harness that `benchmark_kernel=True` appends (and, on a CPU, misindents)."""
+    kernel = source.split("\n\ndef get_args():")[0]
+    lines = kernel.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("@")), 0)
+    preamble = [line for line in lines[:first] if not line[:1].isspace()]
+    return "\n".join(preamble + lines[first:]).rstrip() + "\n"
+
+
+
+

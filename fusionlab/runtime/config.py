@@ -1,0 +1,58 @@
+"""Launch configurations: block sizes and warps chosen per shape at run time (never baked into source).
+
+    >>> choose(KernelShape("pointwise", 1 << 20, 1, False), "cuda")
+    LaunchConfig(XBLOCK=1024, RBLOCK=1, num_warps=4)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    kind: str  # "pointwise" | "reduction"
+    xnumel: int
+    rnumel: int
+    persistent: bool
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    XBLOCK: int
+    RBLOCK: int
+    num_warps: int
+
+    def grid(self, shape: KernelShape) -> tuple[int]:
+        return (max(1, triton.cdiv(shape.xnumel, self.XBLOCK)),)
+
+
+def _interpreter(shape: KernelShape) -> LaunchConfig:
+    # The interpreter runs one program at a time through numpy: few, large programs are fastest.
+    if shape.kind == "pointwise":
+        return LaunchConfig(min(triton.next_power_of_2(max(shape.xnumel, 1)), 1 << 16), 1, 1)
+    rblock = triton.next_power_of_2(max(shape.rnumel, 1)) if shape.persistent else 1024
+    rblock = max(rblock, 1)
+    xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), (1 << 16) // rblock))
+    return LaunchConfig(xblock, rblock, 1)
+
+
+def _cuda(shape: KernelShape) -> LaunchConfig:
+    if shape.kind == "pointwise":
+        xblock = min(1024, triton.next_power_of_2(max(shape.xnumel, 1)))
+        return LaunchConfig(xblock, 1, 4 if xblock >= 512 else max(1, xblock // 128))
+    if shape.persistent:
+        rblock = triton.next_power_of_2(max(shape.rnumel, 1))
+        # Enough rows per program to give each warp work, without spilling the row out of registers.
+        xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), 2048 // rblock))
+        elements = xblock * rblock
+        warps = 16 if elements >= 8192 else 8 if elements >= 2048 else 4 if elements >= 512 else 2
+        return LaunchConfig(xblock, rblock, warps)
+    return LaunchConfig(1, 2048, 8)
+
+
+def choose(shape: KernelShape, backend: str) -> LaunchConfig:
+    """Block sizes for one launch; `backend` is "cuda" or "interpreter"."""
+    return _interpreter(shape) if backend == "interpreter" else _cuda(shape)

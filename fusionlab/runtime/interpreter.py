@@ -1,0 +1,125 @@
+"""Running generated kernels under Triton's interpreter, chosen per kernel at run time.
+
+Triton decides JIT vs interpreter when a function is decorated, and its standard library (`tl.sum`, `tl.max`,
+...) was decorated when triton was imported. `interpreted()` builds a kernel with the interpreter switched on and,
+while it runs, swaps the standard library's JIT functions for interpreted ones; `libdevice` is replaced by numpy
+equivalents (Triton's interpreter has none). CPU and CUDA kernels can so coexist in one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import triton
+import triton.language as tl
+import triton.language.core as tl_core
+import triton.language.math as tl_math
+import triton.language.standard as tl_standard
+from triton.runtime.interpreter import InterpretedFunction, TensorHandle
+from triton.runtime.jit import JITFunction
+
+try:  # imported lazily by triton at launch time; import it now, while the interpreter is off
+    import triton.experimental.gluon  # noqa: F401
+except ImportError:  # pragma: no cover - older triton
+    pass
+
+
+def _wrap(result: np.ndarray, like: Any) -> Any:
+    scalar = like.handle.dtype.scalar if hasattr(like.handle.dtype, "scalar") else like.handle.dtype
+    return tl.tensor(TensorHandle(result.astype(like.handle.data.dtype, copy=False), scalar), like.type)
+
+
+def _unary(function: Callable[[np.ndarray], np.ndarray]) -> Callable[[Any], Any]:
+    def apply(x: Any) -> Any:
+        with np.errstate(all="ignore"):
+            return _wrap(function(x.handle.data), x)
+    return apply
+
+
+def _binary(function: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[Any, Any], Any]:
+    def apply(x: Any, y: Any) -> Any:
+        x, y = (v if isinstance(v, tl.tensor) else tl.full((), v, tl.float32) for v in (x, y))
+        with np.errstate(all="ignore"):
+            result = function(x.handle.data, y.handle.data)
+        like = x if x.handle.data.ndim >= y.handle.data.ndim else y
+        return tl.tensor(TensorHandle(np.asarray(result).astype(x.handle.data.dtype, copy=False),
+                                      like.handle.dtype.scalar if hasattr(like.handle.dtype, "scalar")
+                                      else like.handle.dtype), like.type)
+    return apply
+
+
+def _isinf(x: Any) -> Any:
+    data = np.isinf(x.handle.data)
+    return tl.tensor(TensorHandle(data, tl.int1), x.type.with_element_ty(tl.int1) if hasattr(
+        x.type, "with_element_ty") else tl.int1)
+
+
+def _erfinv(values: np.ndarray) -> np.ndarray:
+    import torch
+
+    return torch.special.erfinv(torch.from_numpy(np.ascontiguousarray(values))).numpy()
+
+
+LIBDEVICE_SHIM = types.SimpleNamespace(
+    tanh=_unary(np.tanh), expm1=_unary(np.expm1), log1p=_unary(np.log1p), log10=_unary(np.log10),
+    tan=_unary(np.tan), asin=_unary(np.arcsin), acos=_unary(np.arccos), atan=_unary(np.arctan),
+    sinh=_unary(np.sinh), cosh=_unary(np.cosh), asinh=_unary(np.arcsinh), acosh=_unary(np.arccosh),
+    atanh=_unary(np.arctanh), nearbyint=_unary(np.rint), trunc=_unary(np.trunc), erfinv=_unary(_erfinv),
+    pow=_binary(np.power), atan2=_binary(np.arctan2), fmod=_binary(np.fmod), isinf=_isinf,
+)
+
+
+@contextlib.contextmanager
+def _interpret_switch(on: bool) -> Iterator[None]:
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
+@contextlib.contextmanager
+def interpreted_standard_library() -> Iterator[None]:
+    """While an interpreted kernel runs, Triton's own @jit helpers must be interpreted too."""
+    saved = []
+    for module in (tl, tl_standard, tl_math, tl_core):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                saved.append((module, name, value))
+                setattr(module, name, InterpretedFunction(value.fn))
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+def build_module(source: str, filename: str, interpret: bool) -> dict[str, Any]:
+    """Execute kernel source with the interpreter switched on or off; returns the module namespace."""
+    namespace: dict[str, Any] = {"__name__": f"fusionlab_kernels_{filename}"}
+    if interpret:
+        namespace["libdevice"] = LIBDEVICE_SHIM
+    else:
+        from triton.language.extra import libdevice
+
+        namespace["libdevice"] = libdevice
+    path = f"<fusionlab-{filename}-{'interpreter' if interpret else 'jit'}>"
+    # Triton reads a kernel's source back through inspect/linecache: register it under its own name.
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    code = compile(source, path, "exec")
+    with _interpret_switch(interpret):
+        exec(code, namespace)  # noqa: S102 - our own generated source
+    return namespace
+
+
+__all__ = ["build_module", "interpreted_standard_library", "LIBDEVICE_SHIM", "triton"]

@@ -1,0 +1,258 @@
+"""The five stage objects. Each is immutable and answers the same calls: `as_text()`, a short `__repr__`,
+`_repr_html_()` (static HTML, readable without widgets), `.show()` (its widget) and `.previous`.
+
+    >>> ex = fusionlab.explore(torch.softmax, torch.randn(4, 8), -1)
+    >>> ex.fused
+    Fused(policy='default', 1 kernel, 0 extern, 5 decisions)
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fusionlab.capture import AtenNode, CaptureResult, InputSpec
+from fusionlab.codegen.kernel import KernelSource
+from fusionlab.names import comment
+from fusionlab.codegen.program import KERNEL_PREAMBLE, Program
+from fusionlab.fusion.fuse import FusionDecision, FusionGroup
+from fusionlab.ir import Graph
+from fusionlab.runtime.launch import KernelHandle
+
+
+def _html(stage: Any) -> str:
+    title = html.escape(repr(stage))
+    body = html.escape(stage.as_text())
+    return (f"<details open><summary><code>{title}</code></summary>"
+            f"<pre style='font-size:12px;line-height:1.3'>{body}</pre></details>")
+
+
+def _show(stage: Any) -> Any:
+    try:
+        from fusionlab.widgets import stage_widget
+    except ImportError as error:  # the notebook extra is optional
+        raise ImportError(f"{type(stage).__name__}.show() needs the notebook extra: pip install 'fusionlab[notebook]' "
+                          f"({error})") from error
+    return stage_widget(stage)
+
+
+class _Stage:
+    previous: Any
+
+    def as_text(self) -> str:  # pragma: no cover - every stage overrides it
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        return _html(self)
+
+    def show(self) -> Any:
+        """The stage's widget (needs the notebook extra)."""
+        return _show(self)
+
+
+@dataclass(frozen=True, repr=False)
+class Captured(_Stage):
+    """The aten-level graph of the user's function, with shapes and dtypes."""
+
+    result: CaptureResult
+    seconds: float
+    previous: None = None
+
+    @property
+    def graph_module(self) -> torch.fx.GraphModule:
+        return self.result.graph_module
+
+    @property
+    def inputs(self) -> tuple[InputSpec, ...]:
+        return self.result.inputs
+
+    @property
+    def aten_nodes(self) -> tuple[AtenNode, ...]:
+        return self.result.aten_nodes
+
+    @property
+    def dynamic(self) -> bool:
+        return bool(self.result.symbols)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        output = next(n for n in self.graph_module.graph.nodes if n.op == "output")
+        return tuple(a.name for a in torch.utils._pytree.tree_leaves(output.args[0]))
+
+    def __repr__(self) -> str:
+        return f"Captured({len(self.inputs)} inputs, {len(self.aten_nodes)} aten ops, {len(self.outputs)} outputs)"
+
+    def as_text(self) -> str:
+        names = {spec.placeholder: spec.name for spec in self.inputs}
+        params = ", ".join(f'{names[s.placeholder]}: "{s.type.text()}"' for s in self.inputs)
+        lines = [f"# captured by fusionlab.capture in {self.seconds:.2f} s", f"def forward({params}):"]
+        for node in self.aten_nodes:
+            args = node.args_text
+            for placeholder, name in names.items():
+                args = args.replace(placeholder, name) if placeholder != name else args
+            kind = f': "{node.type.text()}"' if node.type else ""
+            lines.append(f"    {node.name}{kind} = {node.target}({comment(args)})")
+        lines.append(f"    return ({', '.join(self.outputs)},)")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, repr=False)
+class Decomposed(_Stage):
+    """fusionlab's primitive graph: pointwise, reduction, view and extern nodes."""
+
+    graph: Graph
+    fallbacks: tuple[tuple[str, str], ...]
+    previous: Captured
+    seconds: float = 0.0
+
+    @property
+    def nodes(self) -> tuple[Any, ...]:
+        return self.graph.nodes
+
+    def __repr__(self) -> str:
+        kinds: dict[str, int] = {}
+        for node in self.graph.nodes:
+            kinds[node.kind] = kinds.get(node.kind, 0) + 1
+        parts = ", ".join(f"{count} {kind}" for kind, count in kinds.items() if kind != "input")
+        return f"Decomposed({parts})"
+
+    def as_text(self) -> str:
+        lines = [f"# decomposed into fusionlab primitives in {self.seconds:.2f} s"]
+        for origin, reason in self.fallbacks:
+            lines.append(f"# extern {origin}: {comment(reason)}")
+        lines.append(self.graph.text())
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, repr=False)
+class Fused(_Stage):
+    """Fusion groups and the ordered decisions that built them."""
+
+    groups: tuple[FusionGroup, ...]
+    decisions: tuple[FusionDecision, ...]
+    partitions: tuple[tuple[tuple[str, ...], ...], ...]
+    policy_name: str
+    previous: Decomposed
+    seconds: float = 0.0
+
+    @property
+    def kernels(self) -> tuple[FusionGroup, ...]:
+        return tuple(g for g in self.groups if g.is_kernel)
+
+    def groups_after(self, step: int) -> tuple[tuple[str, ...], ...]:
+        """The partition of the nodes after decision `step` (-1: before any decision)."""
+        return self.partitions[max(-1, min(step, len(self.decisions) - 1)) + 1]
+
+    def replay(self) -> list[tuple[FusionDecision, tuple[tuple[str, ...], ...]]]:
+        """Each decision with the partition it left behind, in order."""
+        return [(d, self.partitions[i + 1]) for i, d in enumerate(self.decisions)]
+
+    def __repr__(self) -> str:
+        externs = sum(1 for g in self.groups if g.kind == "extern")
+        count = len(self.kernels)
+        return (f"Fused(policy={self.policy_name!r}, {count} kernel{'s' if count != 1 else ''}, {externs} extern, "
+                f"{len(self.decisions)} decisions)")
+
+    def as_text(self) -> str:
+        graph = self.previous.graph
+        lines = [f"# fused with policy {self.policy_name!r} in {self.seconds:.2f} s: {len(self.kernels)} kernels"]
+        lines.append(f"def program({', '.join(graph.inputs)}):")
+        for group in self.groups:
+            outs = ", ".join(group.outputs)
+            ins = ", ".join(group.inputs)
+            if group.kind == "extern":
+                lines.append(f"    [{outs}] = {group.nodes[0]}({ins})  # extern: {graph[group.nodes[0]].op}")
+                continue
+            if group.kind == "view":
+                lines.append(f"    {outs} = view({ins})  # {graph[group.nodes[0]].op} between kernels")
+                continue
+            lines.append(f"    [{outs}] = {group.name}({ins})  # reads {group.bytes_read} B, writes "
+                         f"{group.bytes_written} B")
+            for name in group.nodes:
+                lines.append(f"        # {graph[name].text()}")
+        lines.append(f"    return ({', '.join(graph.outputs)},)")
+        lines.append("# decisions:")
+        for d in self.decisions:
+            verdict = "fused" if d.fused else "kept apart"
+            lines.append(f"#  {d.step:3d}. {d.producer} -> {d.consumer}: {verdict}, saves {d.bytes_saved} B: "
+                         f"{comment(d.reason)}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, repr=False)
+class Generated(_Stage):
+    """One Triton kernel per group plus the Python wrapper that allocates, launches and calls externs."""
+
+    program: Program
+    previous: Fused
+    seconds: float = 0.0
+
+    @property
+    def kernels(self) -> tuple[KernelSource, ...]:
+        return self.program.kernels
+
+    @property
+    def wrapper(self) -> str:
+        return self.program.wrapper
+
+    def kernel_module(self, kernel: KernelSource) -> str:
+        return KERNEL_PREAMBLE + "\n\n" + kernel.source
+
+    def __repr__(self) -> str:
+        return f"Generated({len(self.kernels)} Triton kernels, wrapper of {self.wrapper.count(chr(10))} lines)"
+
+    def as_text(self) -> str:
+        parts = [f"# generated by fusionlab in {self.seconds:.2f} s", KERNEL_PREAMBLE.rstrip()]
+        parts += [k.source.rstrip() for k in self.kernels]
+        parts.append(self.wrapper.rstrip())
+        return "\n\n\n".join(parts) + "\n"
+
+
+@dataclass(frozen=True)
+class CompiledKernelInfo:
+    name: str
+    backends: tuple[str, ...]
+    config: dict[str, int]
+    asm: dict[str, str]
+
+
+@dataclass(frozen=True, repr=False)
+class Compiled(_Stage):
+    """The runnable program: `compiled(*graph_inputs)` launches the kernels (Triton JIT on CUDA, interpreter on CPU)."""
+
+    function: Any
+    handles: tuple[KernelHandle, ...]
+    previous: Generated
+    seconds: float = 0.0
+    launches: list[int] = field(default_factory=lambda: [0])
+
+    def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        result = self.function(*tensors)
+        self.launches[0] += 1
+        return result
+
+    @property
+    def launches_per_call(self) -> int:
+        return len(self.handles)
+
+    @property
+    def kernels(self) -> tuple[CompiledKernelInfo, ...]:
+        return tuple(CompiledKernelInfo(h.name, tuple(sorted(h.backends_used)),
+                                        dict(vars(h.last_config)) if h.last_config else {}, h.asm())
+                     for h in self.handles)
+
+    def __repr__(self) -> str:
+        return f"Compiled({len(self.handles)} kernels, {self.launches_per_call} launches per call)"
+
+    def as_text(self) -> str:
+        lines = [f"# compiled in {self.seconds:.2f} s (Triton JIT on CUDA, Triton's interpreter on CPU; chosen per "
+                 "launch)"]
+        for info in self.kernels:
+            used = ", ".join(info.backends) or "not launched yet"
+            lines.append(f"# {info.name}: {used}; last config {info.config or '-'}; asm stages "
+                         f"{sorted(info.asm) or '-'}")
+        lines.append(self.previous.wrapper)
+        return "\n".join(lines)
