@@ -16,6 +16,7 @@ import functools
 import io
 import logging
 import re
+import shutil
 import sys
 import time
 import warnings
@@ -178,11 +179,27 @@ def _generate_code(compiled: Callable[..., Any], inputs: tuple[Any, ...]) -> lis
 
 @contextlib.contextmanager
 def _without_triton_driver() -> Iterator[None]:
-    """Let Inductor's Triton codegen run on a machine with no GPU: it only wants a hash of the backend."""
+    """Let Inductor's Triton codegen run on a machine with no GPU: it only wants a hash of the backend.
+
+    The kernels then fail to load, and Inductor keeps its temporary cache folder "on error": remove it.
+    """
     import torch.utils._triton as triton_utilities
 
-    with mock.patch.object(triton_utilities, "triton_hash_with_backend", lambda: "CPU"):
-        yield
+    def discard_kept_folder(record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("on error, temporary cache dir kept at") and record.args:
+            folder = record.args[0] if isinstance(record.args, tuple) else None
+            if folder:
+                shutil.rmtree(str(folder), ignore_errors=True)
+            return False
+        return True
+
+    logger = logging.getLogger("torch._inductor.utils")
+    logger.addFilter(discard_kept_folder)
+    try:
+        with mock.patch.object(triton_utilities, "triton_hash_with_backend", lambda: "CPU"):
+            yield
+    finally:
+        logger.removeFilter(discard_kept_folder)
 
 
 @contextlib.contextmanager
@@ -250,6 +267,12 @@ _DEFINITION = re.compile(
 _ORIGINAL_ATEN = re.compile(r"Original ATen: \[(?P<ops>[^\]]*)\]")
 _FUSED_NODES = re.compile(r"# Fused node name list: (?P<names>.*)")
 _EXTERN_CALL = re.compile(r"\b(?:extern_kernels\.(?P<extern>\w+)|torch\.ops\.aten\.(?P<fallback>\w+)\.\w+)\(")
+# Inductor rewrites mm + add into addmm: its extern call covers our mm node too.
+_EXTERN_ALIASES: dict[str, tuple[str, ...]] = {
+    "addmm": ("mm",),
+    "baddbmm": ("bmm",),
+    "_addmm_activation": ("mm",),
+}
 _NUM_GB = re.compile(r"'kernel_num_gb': (?P<value>[0-9.eE+-]+)")
 _FLOP = re.compile(r"'kernel_flop': (?P<value>[0-9]+)")
 
@@ -278,6 +301,8 @@ def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
     ordered: dict[str, InductorKernel] = {}
     launches = 0
     pending_nodes: tuple[str, ...] = ()
+    pending_ops: tuple[str, ...] = ()
+    extern_comments: dict[str, tuple[str, ...]] = {}
     for line in _call_body(program):
         stripped = line.strip()
         fused = _FUSED_NODES.search(stripped)
@@ -285,6 +310,7 @@ def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
             pending_nodes = tuple(name.strip() for name in fused["names"].split(","))
             continue
         if stripped.startswith("#"):
+            pending_ops = _ops_from_comment(stripped) or pending_ops
             continue
         launched = re.match(r"(?:\w+ = )?(?P<name>\w+)(?:\.run)?\(", stripped)
         if launched and launched["name"] in definitions:
@@ -299,9 +325,19 @@ def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
             op = extern["extern"] or extern["fallback"]
             launches += 1
             name = f"extern_{op}_{sum(k.language == 'extern' for k in ordered.values())}"
-            ordered[name] = InductorKernel(name, stripped, "extern", (op,), (), None, None)
+            ops = (op, *_EXTERN_ALIASES.get(op, ()))
+            ordered[name] = InductorKernel(name, stripped, "extern", ops, (), None, None)
+            extern_comments[name] = pending_ops
+        if not stripped.startswith("del "):
+            pending_ops = ()
     for name, kernel in definitions.items():  # defined but never launched: keep, at the end
         ordered.setdefault(name, kernel)
+    # The comment above an extern call also names the ops of its inputs' producers: keep only the ops
+    # that no generated kernel claims (the add that addmm absorbed, say).
+    claimed = {op for kernel in ordered.values() if kernel.language != "extern" for op in kernel.aten_ops}
+    for name, ops in extern_comments.items():
+        extra = tuple(op for op in ops if op not in claimed and op not in ordered[name].aten_ops)
+        ordered[name] = replace(ordered[name], aten_ops=ordered[name].aten_ops + extra)
     return list(ordered.values()), launches
 
 
