@@ -6,6 +6,7 @@
 """
 
 from fusionlab.capture import CaptureError
+from fusionlab.dynamo_backend import backend
 from fusionlab.explore import Exploration, explore
 from fusionlab.fusion.fuse import FusionDecision, FusionError, FusionGroup
 from fusionlab.fusion.policy import DefaultFusion, GroupInfo, NoFusion, PointwiseFusion, Policy, Verdict
@@ -15,7 +16,7 @@ from fusionlab.verify import InputMismatch, VerifyReport
 __version__ = "0.1.0"
 
 __all__ = [
-    "CaptureError", "Captured", "Compiled", "Decomposed", "DefaultFusion", "Exploration", "Fused", "FusionDecision",
-    "FusionError", "FusionGroup", "Generated", "GroupInfo", "InputMismatch", "NoFusion", "PointwiseFusion", "Policy",
+    "backend", "CaptureError", "Captured", "Compiled", "Decomposed", "DefaultFusion", "Exploration", "Fused",
+    "FusionDecision", "FusionError", "FusionGroup", "Generated", "GroupInfo", "InputMismatch", "NoFusion", "PointwiseFusion", "Policy",
     "Verdict", "VerifyReport", "explore",
 ]

@@ -20,7 +20,6 @@ import sympy
 import torch
 import torch.fx.experimental._config as fx_config
 import torch.utils._pytree as pytree
-from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from fusionlab.ir import Dim, TensorType
@@ -28,6 +27,9 @@ from fusionlab.ir import Dim, TensorType
 
 class CaptureError(ValueError):
     """The function or its inputs cannot be captured; the message says why and what to do."""
+
+
+TENSOR_SLOT = type("TensorSlot", (), {"__repr__": lambda self: "<tensor>"})()
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class CaptureResult:
     types: dict[str, TensorType]
     multi_types: dict[str, tuple[TensorType | None, ...]]
     output_spec: pytree.TreeSpec
+    output_template: tuple[Any, ...]  # TENSOR_SLOT where a tensor goes; other leaves (None outputs) as they are
     constant_leaves: tuple[tuple[int, Any], ...]
     input_spec: pytree.TreeSpec
     symbols: tuple[SymbolBinding, ...]
@@ -137,17 +140,18 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         outputs, spec = pytree.tree_flatten(result)
         holder["spec"] = spec
         for i, out in enumerate(outputs):
-            if not isinstance(out, torch.Tensor):
+            if out is not None and not isinstance(out, torch.Tensor):
                 raise CaptureError(f"output {i} is a {type(out).__name__}; fusionlab needs every output "
-                                   "to be a tensor: return tensors only")
-        return outputs
+                                   "to be a tensor (or None): return tensors only")
+        holder["template"] = [TENSOR_SLOT if isinstance(o, torch.Tensor) else o for o in outputs]
+        return [o for o in outputs if isinstance(o, torch.Tensor)]
 
-    holder: dict[str, pytree.TreeSpec] = {}
+    holder: dict[str, Any] = {}
     example = [*state.values(), *(leaves[i] for i in tensor_positions)]
     try:
-        with torch.no_grad(), fx_config.patch(use_duck_shape=False):
-            graph_module = make_fx(functionalize(traced, remove="mutations"),
-                                   tracing_mode="symbolic" if dynamic else "fake")(*example)
+        with torch.no_grad(), fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
+            # In-place ops stay in the graph (functionalize would lose symbolic sizes); decompose rebinds them.
+            graph_module = make_fx(traced, tracing_mode="symbolic" if dynamic else "fake")(*example)
     except CaptureError:
         raise
     except Exception as error:  # noqa: BLE001 - re-raised with context
@@ -179,8 +183,8 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
                  ", ".join(str(a) for a in node.args))
         for node in graph_module.graph.nodes if node.op == "call_function"
     )
-    return CaptureResult(graph_module, inputs, aten_nodes, types, multi_types, holder["spec"], constants, input_spec,
-                         symbols, module)
+    return CaptureResult(graph_module, inputs, aten_nodes, types, multi_types, holder["spec"],
+                         tuple(holder["template"]), constants, input_spec, symbols, module)
 
 
 def _symbol_plan(placeholders: list[torch.fx.Node], kinds: list[str],
@@ -200,7 +204,7 @@ def _symbol_plan(placeholders: list[torch.fx.Node], kinds: list[str],
                     kept[expr] = SymbolBinding(expr, index, 0, int(size.node.hint))
     if shape_env is None:
         return {}, ()
-    substitution = {sym: int(val) for sym, val in shape_env.var_to_val.items() if sym not in kept}
+    substitution = {sym: int(val) for sym, val in _hints(shape_env).items() if sym not in kept}
     renamed = {binding.symbol: sympy.Symbol(f"s{i}", integer=True, positive=True)
                for i, binding in enumerate(kept.values())}
     # Substituting fixed symbols first, then renaming the kept ones to s0, s1, ... in argument order.
@@ -210,10 +214,17 @@ def _symbol_plan(placeholders: list[torch.fx.Node], kinds: list[str],
     return plan, bindings
 
 
+def _hints(shape_env: Any) -> dict[sympy.Symbol, Any]:
+    """The captured value of every size symbol (the attribute was renamed in torch 2.13)."""
+    if hasattr(shape_env, "backed_var_to_val"):
+        return dict(shape_env.backed_var_to_val)
+    return dict(shape_env.var_to_val)
+
+
 def _to_dim(size: Any, plan: dict[sympy.Symbol, Any]) -> Dim:
     if isinstance(size, torch.SymInt):
         expr = sympy.sympify(size.node.expr).xreplace(plan)
-        return int(expr) if expr.is_number else expr
+        return int(expr) if isinstance(expr, int) or expr.is_number else expr
     return int(size)
 
 

@@ -17,8 +17,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
-from fusionlab.names import sanitize
 from fusionlab.ir import Arg, Dim, Graph, Node, Ref, Scalar, TensorType
+from fusionlab.names import sanitize
 from fusionlab.primitives import POINTWISE
 
 Rule = Callable[..., Any]
@@ -63,7 +63,7 @@ class Builder:
              params: dict[str, Any] | None = None, base: str | None = None) -> Ref:
         counts = self._counts if self._counts is not None else {}
         self._counts = counts
-        base = base or (op if op.isidentifier() else "node")
+        base = base or (op if op.isidentifier() else sanitize(op.split(".")[1] if op.count(".") >= 1 else op))
         number = counts.get(base, 0)
         counts[base] = number + 1
         name = base if number == 0 else f"{base}_{number}"
@@ -212,11 +212,13 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
         elif fx_node.target is operator.getitem:
             env[fx_node.name] = env[fx_node.args[0].name][fx_node.args[1]]
         elif fx_node.op == "call_function":
-            if fx_node.name not in captured.types and fx_node.name not in captured.multi_types:
+            sizes = captured.multi_types.get(fx_node.name)
+            if (fx_node.name not in captured.types and sizes is None) or (sizes is not None and not any(sizes)):
                 env[fx_node.name] = None  # a size computation: shapes come from the types, not from these
                 continue
             env[fx_node.name] = _apply(builder, table, fx_node, env, captured, fallbacks)
-    return DecomposeResult(Graph(tuple(inputs), tuple(nodes), tuple(outputs)), tuple(fallbacks))
+    hints = tuple((b.symbol, b.captured_value) for b in captured.symbols)
+    return DecomposeResult(Graph(tuple(inputs), tuple(nodes), tuple(outputs), hints), tuple(fallbacks))
 
 
 def _expected(fx_node: torch.fx.Node, captured: CaptureResult) -> Any:
@@ -225,9 +227,29 @@ def _expected(fx_node: torch.fx.Node, captured: CaptureResult) -> Any:
     return captured.types.get(fx_node.name)
 
 
+def functional_form(target: Any) -> tuple[Any, bool]:
+    """`aten.add_.Tensor` -> (`aten.add.Tensor`, True): in-place ops are decomposed as their functional form."""
+    schema = getattr(target, "_schema", None)
+    packet = getattr(target, "overloadpacket", None)
+    if schema is None or packet is None or not schema.is_mutable or not packet.__name__.endswith("_"):
+        return target, False
+    functional = getattr(torch.ops.aten, packet.__name__[:-1], None)
+    overload = getattr(functional, target._overloadname, None) if functional is not None else None
+    return (overload, True) if overload is not None else (target, False)
+
+
 def _apply(builder: Builder, table: dict[Any, Rule], fx_node: torch.fx.Node, env: dict[str, Any],
            captured: CaptureResult, fallbacks: list[tuple[str, str]]) -> Any:
-    target = fx_node.target
+    target, in_place = functional_form(fx_node.target)
+    result = _apply_functional(builder, table, target, fx_node, env, captured, fallbacks)
+    first = fx_node.args[0] if fx_node.args else None
+    if in_place and isinstance(first, torch.fx.Node):
+        env[first.name] = result  # later reads of the mutated tensor see the new value
+    return result
+
+
+def _apply_functional(builder: Builder, table: dict[Any, Rule], target: Any, fx_node: torch.fx.Node,
+                      env: dict[str, Any], captured: CaptureResult, fallbacks: list[tuple[str, str]]) -> Any:
     rule = table.get(target) or table.get(getattr(target, "overloadpacket", None))
     builder.origin = fx_node.name
     builder.expected = _expected(fx_node, captured)
@@ -246,7 +268,7 @@ def _apply(builder: Builder, table: dict[Any, Rule], fx_node: torch.fx.Node, env
     else:
         reason = f"no decomposition rule for {_short(target)}: runs as an extern op between kernels"
     fallbacks.append((fx_node.name, reason))
-    return _extern(builder, fx_node, args, kwargs, reason)
+    return _extern(builder, target, args, kwargs, reason)
 
 
 def _short(target: Any) -> str:
@@ -269,9 +291,8 @@ def _check(builder: Builder, result: Any, expected: Any) -> Any:
     return result
 
 
-def _extern(builder: Builder, fx_node: torch.fx.Node, args: Any, kwargs: Any, reason: str) -> Any:
+def _extern(builder: Builder, target: Any, args: Any, kwargs: Any, reason: str) -> Any:
     expected = builder.expected
-    target = fx_node.target
     params = {"target": target, "call": (args, kwargs), "reason": reason,
               "extra_refs": tuple(r.name for r in pytree.tree_leaves((args, kwargs)) if isinstance(r, Ref))}
     op = _short(target)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.capture import capture
+from fusionlab.capture import TENSOR_SLOT, capture
 from fusionlab.codegen.program import flatten_call, generate_program
 from fusionlab.decompose import decompose
 from fusionlab.fusion.fuse import fuse
@@ -122,8 +122,10 @@ class Exploration:
             return tuple(self.compiled(*tensors))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        outputs = self.run_flat(self.flat_inputs(args, kwargs))
-        return pytree.tree_unflatten(list(outputs), self.captured.result.output_spec)
+        outputs = iter(self.run_flat(self.flat_inputs(args, kwargs)))
+        result = self.captured.result
+        leaves = [next(outputs) if slot is TENSOR_SLOT else slot for slot in result.output_template]
+        return pytree.tree_unflatten(leaves, result.output_spec)
 
     def verify(self, seed: int | None = None) -> VerifyReport:
         """Run eager and fused on fresh random inputs; the max abs/rel error per output."""

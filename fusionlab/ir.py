@@ -168,6 +168,7 @@ class Graph:
     inputs: tuple[str, ...]
     nodes: tuple[Node, ...]
     outputs: tuple[str, ...]
+    hints: tuple[tuple[sympy.Symbol, int], ...] = ()  # captured values of symbolic sizes
     _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -181,6 +182,10 @@ class Graph:
 
     def __contains__(self, name: object) -> bool:
         return name in self._index
+
+    def nbytes(self, name: str) -> int:
+        """Bytes of value `name`, with symbolic sizes at their captured values."""
+        return self[name].type.nbytes(dict(self.hints))
 
     def users(self) -> dict[str, tuple[str, ...]]:
         """For each value, the nodes that read it (in program order)."""

@@ -16,10 +16,10 @@ import torch
 
 from fusionlab.capture import AtenNode, CaptureResult, InputSpec
 from fusionlab.codegen.kernel import KernelSource
-from fusionlab.names import comment
 from fusionlab.codegen.program import KERNEL_PREAMBLE, Program
 from fusionlab.fusion.fuse import FusionDecision, FusionGroup
 from fusionlab.ir import Graph
+from fusionlab.names import comment
 from fusionlab.runtime.launch import KernelHandle
 
 

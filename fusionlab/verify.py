@@ -75,9 +75,10 @@ def verify_outputs(expected: Sequence[torch.Tensor], actual: Sequence[torch.Tens
         same_nan = torch.isnan(a) == torch.isnan(b)
         diff = torch.where(torch.isnan(a) & torch.isnan(b), torch.zeros_like(a), (a - b).abs())
         diff = torch.where(a == b, torch.zeros_like(a), diff)  # equal infinities
-        rel = diff / a.abs().clamp_min(1e-12)
+        scale = torch.nan_to_num(a.abs(), nan=0.0)  # NaN where both are NaN: already counted as equal
+        rel = diff / scale.clamp_min(1e-12)
         atol, rtol = TOLERANCES.get(want.dtype, (0.0, 0.0))
-        ok = bool(same_nan.all()) and bool((diff <= atol + rtol * a.abs()).all())
+        ok = bool(same_nan.all()) and bool((diff <= atol + rtol * scale).all())
         rows.append(OutputError(index, tuple(want.shape), want.dtype, float(diff.max()), float(rel.max()), ok))
     return VerifyReport(tuple(rows))
 
@@ -129,7 +130,7 @@ def check_inputs(captured: CaptureResult, tensors: Sequence[torch.Tensor]) -> No
                         else "only leading dimensions are dynamic")
                 raise InputMismatch(f"{where} has size {size} in dimension {dim}; it was captured with "
                                     f"{expected.text()} (expecting {wanted}): {hint}, or explore again")
-    for symbol, value in values.items():
+    for value in values.values():
         if value < 2:
             raise InputMismatch(f"a dynamic leading size of {value} is specialised away by tracing (sizes 0 and 1 "
                                 "are fixed at capture): explore again with this size")

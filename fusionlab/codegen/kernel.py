@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusionlab.names import Namer, comment
 from fusionlab.decompose import compute_dtype
 from fusionlab.fusion.domain import Domain, alignment, non_unit
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Node, Ref, contiguous_strides, static_value
+from fusionlab.names import Namer, comment
 from fusionlab.primitives import INTEGER_OVERRIDES, POINTWISE
 
 PERSISTENT_LIMIT = 16384
@@ -93,10 +93,10 @@ class KernelWriter:
                             "roffset", "xoffset"})
         self.arguments: dict[str, KernelArgument] = {}
         self.reduction = self.domain.is_reduction
-        rnumel = 1
+        rnumel: int | None = 1
         for axis in self.domain.axes:
             size = static_value(self.domain.shape[axis])
-            rnumel = rnumel * size if (size is not None and rnumel is not None) else None  # type: ignore[operator]
+            rnumel = rnumel * size if (size is not None and rnumel is not None) else None
         self.persistent = self.reduction and not force_looped and rnumel is not None and rnumel <= PERSISTENT_LIMIT
         self.globals: dict[str, str] = {}  # reduction results, visible after their loop
         self.top = _Scope([])

@@ -22,9 +22,9 @@ import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
 from fusionlab.codegen.kernel import KernelSource, KernelWriter
-from fusionlab.names import Namer, comment
 from fusionlab.fusion.fuse import FuseResult, FusionGroup
 from fusionlab.ir import Dim, Graph, Node, Ref, contiguous_strides, product
+from fusionlab.names import Namer, comment
 
 KERNEL_PREAMBLE = '''import triton
 import triton.language as tl

@@ -120,9 +120,9 @@ def _bytes_saved(partition: _Partition, producer: str, consumer: str) -> int:
     inside = set(partition.members[producer]) | set(partition.members[consumer])
     saved = 0
     for value in partition.external_inputs(consumer):
-        if partition.group_of.get(value) != producer:
-            continue
-        nbytes = partition.graph[value].type.nbytes()
+        if partition.group_of.get(value) != producer or partition.graph[value].kind == "view":
+            continue  # a view moves no bytes of its own
+        nbytes = partition.graph.nbytes(value)
         still_stored = value in partition.outputs or any(u not in inside for u in partition.users[value])
         saved += nbytes if still_stored else 2 * nbytes
     return saved
@@ -131,8 +131,8 @@ def _bytes_saved(partition: _Partition, producer: str, consumer: str) -> int:
 def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
          force: Sequence[tuple[str, str]] = ()) -> FuseResult:
     partition = _Partition(graph)
-    forbidden = {tuple(pair) for pair in forbid}
-    forced = {tuple(pair) for pair in force}
+    forbidden: set[tuple[str, str]] = {(a, b) for a, b in forbid}
+    forced: set[tuple[str, str]] = {(a, b) for a, b in force}
     _check_names(graph, forbidden | forced)
     decisions: list[FusionDecision] = []
     partitions = [partition.snapshot()]
@@ -153,11 +153,13 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
                 if key in considered:
                     continue
                 user = next(m for m in partition.members[consumer] if value in graph[m].inputs)
-                candidates.append((-policy.score(partition.info(producer), partition.info(consumer)),
+                # Views join their consumer first, so a broadcast never looks like a kernel in between.
+                candidates.append((partition.info(producer).kind != "view",
+                                   -policy.score(partition.info(producer), partition.info(consumer)),
                                    partition.order[value], value, user, producer, key))
             if not candidates:
                 break
-            _, _, value, user, producer, key = min(candidates)
+            *_, value, user, producer, key = min(candidates)
             considered.add(key)
             verdict = _decide(partition, policy, producer, consumer, (value, user), forbidden, forced)
             decisions.append(FusionDecision(
@@ -221,9 +223,9 @@ def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], 
         read = written = 0
     else:
         # Each input tensor is read once and each stored value written once (broadcast loads hit the cache).
-        read = sum(graph[_storage(graph, v)].type.nbytes() for v in dict.fromkeys(_storage(graph, v)
+        read = sum(graph.nbytes(_storage(graph, v)) for v in dict.fromkeys(_storage(graph, v)
                                                                                  for v in inputs))
-        written = sum(graph[v].type.nbytes() for v in stored)
+        written = sum(graph.nbytes(v) for v in stored)
     ops = [n.op for n in nodes if n.kind in ("pointwise", "reduction", "extern")] or [nodes[0].op]
     label = "_".join(dict.fromkeys(o.replace(".", "_") for o in ops))
     name = f"{info.kind}_{index}_{label[:48]}"

@@ -1,0 +1,167 @@
+"""Measuring tools for `fusionlab.bench`: timers, launch counters, FLOP counts, fresh inputs, tolerances.
+
+On CUDA, times are CUDA-event medians (`triton.testing.do_bench`) and launches come from the profiler.
+On a CPU, times are wall-clock medians and eager "launches" are the aten operator calls that do work.
+
+    >>> median_wall_ms(lambda: torch.randn(256, 256).sum(), repeat=5) > 0
+    True
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
+__all__ = [
+    "assert_outputs_close",
+    "count_flops",
+    "count_launches",
+    "cuda_kernel_ms",
+    "fresh_inputs",
+    "median_cuda_ms",
+    "median_wall_ms",
+    "node_flops",
+    "tolerance",
+]
+
+
+def median_wall_ms(run: Callable[[], Any], *, repeat: int = 20, warmup: int = 3) -> float:
+    """Median wall-clock milliseconds of `run()` over `repeat` runs, after `warmup` untimed ones."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    for _ in range(warmup):
+        run()
+    seconds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds) * 1e3
+
+
+def median_cuda_ms(run: Callable[[], Any]) -> float:
+    """Median milliseconds of `run()` on the GPU, by CUDA events (L2 flushed between runs)."""
+    from triton.testing import do_bench
+
+    return float(do_bench(run, return_mode="median"))
+
+
+def cuda_kernel_ms(run: Callable[[], Any], *, iterations: int = 10) -> tuple[dict[str, float], int]:
+    """Per-kernel GPU milliseconds for one call of `run` (mean over `iterations`), and launches per call."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(iterations):
+            run()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    launches = 0
+    for event in profiler.events():
+        if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset")):
+            continue
+        launches += 1
+        totals[event.name] = totals.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3
+    per_call = {name: total / iterations for name, total in totals.items()}
+    return per_call, round(launches / iterations)
+
+
+class _OperatorCounter(TorchDispatchMode):
+    """Counts the aten calls that do work (views and metadata-only calls excluded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if not getattr(func, "is_view", False):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_launches(run: Callable[[], Any], device: torch.device) -> int:
+    """Kernel launches per call: profiled on CUDA; aten calls that do work elsewhere."""
+    if device.type == "cuda":
+        return cuda_kernel_ms(run, iterations=3)[1]
+    counter = _OperatorCounter()
+    with counter:
+        run()
+    return counter.calls
+
+
+def count_flops(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> int:
+    """FLOPs of one eager call, as FlopCounterMode counts them (matmuls, convolutions, attention)."""
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        fn(*inputs)
+    return int(counter.get_total_flops())
+
+
+def node_flops(graph_module: torch.fx.GraphModule) -> dict[str, int]:
+    """FLOPs of each node of an aten graph with shapes in `meta["val"]` (matmul-like nodes only)."""
+    flops: dict[str, int] = {}
+    for node in graph_module.graph.nodes:
+        packet = getattr(node.target, "_overloadpacket", None)
+        if node.op != "call_function" or packet not in flop_registry:
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+        try:
+            flops[node.name] = int(flop_registry[packet](*args, out_val=node.meta.get("val"), **kwargs))
+        except (TypeError, AttributeError, ValueError, RuntimeError):
+            continue  # a node without shapes in its meta: leave it uncounted
+    return flops
+
+
+def fresh_inputs(inputs: tuple[Any, ...], seed: int = 1) -> tuple[Any, ...]:
+    """New random values shaped like `inputs`: floats from N(0, 1) (non-zero), other tensors copied."""
+    generator_by_device: dict[torch.device, torch.Generator] = {}
+
+    def fresh(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if not value.is_floating_point():
+            return value.clone()
+        if value.device not in generator_by_device:
+            generator_by_device[value.device] = torch.Generator(device=value.device).manual_seed(seed)
+        sample = torch.randn(
+            value.shape, generator=generator_by_device[value.device], device=value.device, dtype=torch.float32
+        )
+        return sample.to(value.dtype).requires_grad_(value.requires_grad)
+
+    return tuple(pytree.tree_map(fresh, list(inputs)))
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) for comparing fused results with eager in `dtype`."""
+    if dtype in (torch.bfloat16,):
+        return 2e-2, 2e-2
+    if dtype in (torch.float16,):
+        return 1e-2, 1e-2
+    if dtype in (torch.float32,):
+        return 1e-4, 1e-4
+    return 1e-7, 1e-7
+
+
+def assert_outputs_close(actual: Any, expected: Any, what: str) -> None:
+    """Raise AssertionError naming `what` unless every output matches eager within its dtype's tolerance."""
+    actual_leaves = [leaf for leaf in pytree.tree_leaves(actual) if isinstance(leaf, torch.Tensor)]
+    expected_leaves = [leaf for leaf in pytree.tree_leaves(expected) if isinstance(leaf, torch.Tensor)]
+    if len(actual_leaves) != len(expected_leaves):
+        raise AssertionError(
+            f"{what} returned {len(actual_leaves)} tensors, eager {len(expected_leaves)}: they must match"
+        )
+    for index, (got, want) in enumerate(zip(actual_leaves, expected_leaves)):
+        rtol, atol = tolerance(want.dtype)
+        try:
+            torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError as error:
+            raise AssertionError(f"{what} output {index} differs from eager: {error}") from None
