@@ -25,6 +25,9 @@ RECORDED_RESULTS = Path(__file__).parent / "data" / "bench_h200.csv"
 class BenchRow:
     """One line of a benchmark: a whole program (`kernel == ""`) or one of its kernels.
 
+    `variant` is "reference" (the minimal bytes at copy bandwidth), "eager", "fusionlab", "inductor", or
+    "unfused" (fusionlab's plan with policy "none", modelled: one kernel per primitive).
+
     `timing` is "measured" (timed on `device`), "modelled" (bytes and launches over a device profile; then
     `device` names the profile) or "untimed" (a kernel whose time was not taken). `bytes` is what the row's
     variant moves by its own count: fusionlab's plan, Inductor's kernel_num_gb, the minimal input + output
