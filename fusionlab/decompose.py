@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -55,12 +55,21 @@ class Builder:
     origin: str = ""
     expected: Any = None
     _counts: dict[str, int] | None = None
+    _seen: dict[Any, Ref] = field(default_factory=dict)
 
     def type_of(self, value: Ref) -> TensorType:
         return self.types[value.name]
 
     def _add(self, kind: str, op: str, args: tuple[Arg, ...], out: TensorType,
              params: dict[str, Any] | None = None, base: str | None = None) -> Ref:
+        key = (kind, op, args, tuple(sorted((params or {}).items())), out)
+        if kind in ("pointwise", "reduction", "view"):
+            try:
+                existing = self._seen.get(key)
+            except TypeError:  # an unhashable parameter: no sharing
+                existing, key = None, None
+            if existing is not None:
+                return existing  # common subexpression: `x + r` written twice is computed once
         counts = self._counts if self._counts is not None else {}
         self._counts = counts
         base = base or (op if op.isidentifier() else sanitize(op.split(".")[1] if op.count(".") >= 1 else op))
@@ -74,6 +83,8 @@ class Builder:
         node = Node(name, kind, op, args, out, tuple(sorted((params or {}).items())), self.origin)  # type: ignore[arg-type]
         self.nodes.append(node)
         self.types[name] = out
+        if kind in ("pointwise", "reduction", "view") and key is not None:
+            self._seen[key] = Ref(name)
         return Ref(name)
 
     # -- pointwise ---------------------------------------------------------------------------------
@@ -264,6 +275,7 @@ def _apply_functional(builder: Builder, table: dict[Any, Rule], target: Any, fx_
             for node in builder.nodes[mark:]:
                 builder.types.pop(node.name, None)
             del builder.nodes[mark:]
+            builder._seen = {k: v for k, v in builder._seen.items() if v.name in builder.types}
             reason = f"the {_short(target)} rule does not handle these arguments ({error}): runs as an extern op"
     else:
         reason = f"no decomposition rule for {_short(target)}: runs as an extern op between kernels"
