@@ -1,0 +1,125 @@
+"""The `fusionlab` command: `fusionlab bench` runs the workload suite; `fusionlab report` writes a page.
+
+    python -m fusionlab bench softmax layer_norm --device cpu --out results
+    python -m fusionlab bench --device cuda --size gpu --out results      # the whole suite on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fusionlab", description="See and measure GPU kernel fusion in PyTorch.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    bench = commands.add_parser(
+        "bench",
+        help="benchmark eager vs fusionlab vs Inductor on the workload suite",
+        description="Benchmark eager, fusionlab and TorchInductor on named workloads (all by default). On a CPU, "
+        "fusionlab's time is modelled on a GPU profile and labelled so.",
+    )
+    bench.add_argument("workloads", nargs="*", metavar="NAME", help="workloads to run (default: all)")
+    bench.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+    bench.add_argument("--size", choices=("cpu", "gpu"), default=None, help="default: gpu on cuda, cpu on cpu")
+    bench.add_argument("--dtype", choices=_DTYPES, default=None, help="default: bfloat16 at gpu size, else float32")
+    bench.add_argument("--out", default="results", help="folder for the CSV and Markdown (default: results)")
+    bench.add_argument("--repeat", type=int, default=20, help="timed runs on a CPU (default: 20)")
+    bench.add_argument("--profile", default="H200", help="GPU profile for modelled times (default: H200)")
+    bench.add_argument("--quiet", action="store_true", help="no progress bars")
+    bench.add_argument("--list", action="store_true", help="list the workloads and exit")
+
+    report = commands.add_parser(
+        "report",
+        help="write one self-contained HTML page about a function",
+        description="Write the views of one function (MODULE:FUNCTION) as a self-contained HTML page.",
+    )
+    report.add_argument("target", metavar="MODULE:FUNCTION", help="for example mypackage.models:block")
+    report.add_argument("--out", default="report.html", help="the page to write (default: report.html)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = build_parser().parse_args(argv)
+    if arguments.command == "bench":
+        return _bench(arguments)
+    return _report(arguments)
+
+
+def _bench(arguments: argparse.Namespace) -> int:
+    import torch
+
+    from fusionlab import workloads
+
+    if arguments.list:
+        for workload in workloads.all_workloads():
+            print(f"{workload.name:<18} {workload.bound:<8} {workload.description}")
+        return 0
+    unknown = [name for name in arguments.workloads if name not in workloads.names()]
+    if unknown:
+        print(f"fusionlab bench: unknown workload {', '.join(unknown)}; choose from {', '.join(workloads.names())}",
+              file=sys.stderr)
+        return 2
+    device = arguments.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print("fusionlab bench: --device cuda was asked for, but torch sees no CUDA device; use --device cpu",
+              file=sys.stderr)
+        return 2
+    if arguments.repeat < 1:
+        print(f"fusionlab bench: --repeat must be at least 1, got {arguments.repeat}", file=sys.stderr)
+        return 2
+
+    from fusionlab.inductor import warm_up_inductor
+    from fusionlab.suite import markdown_table, run_suite, write_results
+
+    warm_up_inductor(device)  # so that the first workload's cold compile leaves out Inductor's imports
+    rows = run_suite(
+        arguments.workloads or None,
+        device=device,
+        size=arguments.size,
+        dtype=getattr(torch, arguments.dtype) if arguments.dtype else None,
+        repeat=arguments.repeat,
+        profile=arguments.profile,
+        progress=not arguments.quiet,
+        on_row=None if arguments.quiet else _print_progress,
+    )
+    csv_path, markdown_path = write_results(rows, arguments.out)
+    print(markdown_table(rows))
+    print(f"\nwrote {csv_path} and {markdown_path}")
+    failed = [row["workload"] for row in rows if row.get("error")]
+    if failed:
+        print(f"fusionlab bench: {len(failed)} workloads failed: {', '.join(failed)} (see the error column)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_progress(row: dict[str, Any]) -> None:
+    if row.get("error"):
+        print(f"{row['workload']}: failed: {row['error']}", file=sys.stderr)
+        return
+    print(
+        f"{row['workload']}: eager {row['eager_ms']:.4g} ms, fusionlab {row['fusionlab_ms']:.4g} ms "
+        f"({row['fusionlab_timing']}), inductor {row['inductor_ms']:.4g} ms",
+        file=sys.stderr,
+    )
+
+
+def _report(arguments: argparse.Namespace) -> int:
+    try:
+        from fusionlab import report
+    except ImportError as error:
+        print(f"fusionlab report is not available in this installation ({error})", file=sys.stderr)
+        return 2
+    return int(report.main(arguments.target, out=arguments.out))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
