@@ -131,6 +131,10 @@ class Builder:
             return value
         return self._add("pointwise", "cast", (value,), current.with_dtype(dtype), {"dtype": dtype})
 
+    def constant(self, value: Scalar, dtype: torch.dtype) -> Ref:
+        """A 0-d constant: a pointwise copy of a literal, broadcast (index arithmetic) where it is used."""
+        return self._add("pointwise", "copy", (value,), TensorType((), dtype))
+
     def full(self, value: Scalar, like: Ref, dtype: torch.dtype | None = None) -> Ref:
         """A constant broadcast to `like`'s shape (a pointwise copy of a scalar)."""
         kind = like if dtype is None else self.cast(like, dtype)
@@ -229,7 +233,17 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
                 continue
             env[fx_node.name] = _apply(builder, table, fx_node, env, captured, fallbacks)
     hints = tuple((b.symbol, b.captured_value) for b in captured.symbols)
-    return DecomposeResult(Graph(tuple(inputs), tuple(nodes), tuple(outputs), hints), tuple(fallbacks))
+    return DecomposeResult(Graph(tuple(inputs), _live(nodes, outputs), tuple(outputs), hints), tuple(fallbacks))
+
+
+def _live(nodes: list[Node], outputs: list[str]) -> tuple[Node, ...]:
+    """Drop nodes no output depends on (e.g. the mean and rstd native_layer_norm also returns): a kernel that
+    stores nothing is wasted work."""
+    needed = set(outputs)
+    for node in reversed(nodes):
+        if node.name in needed:
+            needed.update(node.inputs)
+    return tuple(n for n in nodes if n.kind == "input" or n.name in needed)
 
 
 def _expected(fx_node: torch.fx.Node, captured: CaptureResult) -> Any:

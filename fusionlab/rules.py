@@ -157,7 +157,12 @@ def _masked_fill(b: Builder, x: Ref, mask: Ref, value: Any) -> Ref:
     return b.pointwise("where", mask, _scalar(value), x, dtype=b.type_of(x).dtype)
 
 
+def _scalar_tensor(b: Builder, value: Any, dtype: torch.dtype | None = None, **kwargs: Any) -> Ref:
+    return b.constant(_scalar(value), dtype or b.expected.dtype)
+
+
 RULES[aten.where] = _where
+RULES[aten.scalar_tensor] = _scalar_tensor
 RULES[aten.clamp] = _clamp
 RULES[aten.clip] = _clamp
 RULES[aten.clamp_min] = lambda b, x, min: _clamp(b, x, min=min)  # noqa: A006

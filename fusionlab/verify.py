@@ -85,15 +85,17 @@ def verify_outputs(expected: Sequence[torch.Tensor], actual: Sequence[torch.Tens
 
 def random_like(tensor: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """A fresh random tensor with the same shape, dtype, device and strides (never all zeros)."""
+    # Expanded (stride-0) dimensions hold one value each: draw that one, then expand like the example.
+    shape = tuple(1 if stride == 0 else size for size, stride in zip(tensor.shape, tensor.stride()))
     if tensor.dtype == torch.bool:
-        fresh = torch.rand(tensor.shape, generator=generator) > 0.5
+        fresh = torch.rand(shape, generator=generator) > 0.5
     elif tensor.dtype.is_floating_point:
-        fresh = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
+        fresh = torch.randn(shape, generator=generator, dtype=torch.float32)
     else:
-        fresh = torch.randint(1, 8, tensor.shape, generator=generator)
-    out = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
+        fresh = torch.randint(1, 8, shape, generator=generator)
+    out = torch.empty_strided(shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
     out.copy_(fresh.to(tensor.dtype))
-    return out
+    return out.expand(tensor.shape)
 
 
 def random_like_inputs(args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -75,7 +75,7 @@ class ProgramWriter:
             return render_dim(value)
         if isinstance(value, torch.dtype):
             return repr(value)  # "torch.float32": ours, not user text
-        name = self.namer.identifier(f"const_{hint}")
+        name = self.namer.identifier(f"const_{hint}", key=f"constant:{len(self.constants)}")  # one name per value
         self.constants[name] = value
         return name
 

@@ -10,6 +10,7 @@ from another group, ask (1) the user's forbid/force lists, (2) the policy, (3) w
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -73,7 +74,26 @@ class _Partition:
         self.outputs = set(graph.outputs)
 
     def snapshot(self) -> tuple[tuple[str, ...], ...]:
-        return tuple(tuple(m) for _, m in sorted(self.members.items(), key=lambda kv: self.order[kv[1][0]]))
+        """The groups in an order that runs: every group after the groups it reads (ties: program order).
+
+        Sorting by first member is not enough: a group whose first node comes early may read a value produced
+        later in program order (an extern constant feeding the end of a fused chain)."""
+        first = {group: self.order[members[0]] for group, members in self.members.items()}
+        waiting = {group: {self.group_of[v] for v in self.external_inputs(group) if v in self.group_of}
+                   for group in self.members}
+        ready = [(first[g], g) for g, needs in waiting.items() if not needs]
+        heapq.heapify(ready)
+        ordered: list[tuple[str, ...]] = []
+        while ready:
+            _, group = heapq.heappop(ready)
+            ordered.append(tuple(self.members[group]))
+            for other, needs in waiting.items():
+                if group in needs:
+                    needs.discard(group)
+                    if not needs:
+                        heapq.heappush(ready, (first[other], other))
+        assert len(ordered) == len(self.members), "fusion groups form a cycle"
+        return tuple(ordered)
 
     def external_inputs(self, group: str) -> list[str]:
         members = set(self.members[group])
