@@ -75,15 +75,20 @@ def cuda_kernel_ms(run: Callable[[], Any], *, iterations: int = 10) -> tuple[dic
     return per_call, round(launches / iterations)
 
 
+# Calls that launch nothing: views whose schema does not say so, and allocations.
+_NO_WORK = frozenset({"_unsafe_view", "alias", "detach", "lift_fresh", "empty", "empty_like", "empty_strided"})
+
+
 class _OperatorCounter(TorchDispatchMode):
-    """Counts the aten calls that do work (views and metadata-only calls excluded)."""
+    """Counts the aten calls that do work (views, allocations and other metadata-only calls excluded)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if not getattr(func, "is_view", False):
+        name = str(getattr(func, "_overloadpacket", func)).split(".")[-1]
+        if not getattr(func, "is_view", False) and name not in _NO_WORK:
             self.calls += 1
         return func(*args, **(kwargs or {}))
 

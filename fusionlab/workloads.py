@@ -92,8 +92,11 @@ def default_dtype(size: Size) -> torch.dtype:
 
 
 def _random(shape: tuple[int, ...], device: DeviceLike, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    generator = torch.Generator(device=torch.device(device)).manual_seed(seed)
-    return torch.randn(shape, generator=generator, device=device, dtype=dtype)
+    where = torch.device(device)
+    if where.type == "meta":  # shapes only: what the GPU size would allocate, without allocating it
+        return torch.empty(shape, device=where, dtype=dtype)
+    generator = torch.Generator(device=where).manual_seed(seed)
+    return torch.randn(shape, generator=generator, device=where, dtype=dtype)
 
 
 def _rows_columns(size: Size) -> tuple[int, int]:
@@ -228,10 +231,12 @@ class GPTBlock(nn.Module):
 
 def _gpt_module(size: Size, device: DeviceLike, dtype: torch.dtype) -> nn.Module:
     dims = _GPT_DIMENSIONS[size]
-    with torch.random.fork_rng(devices=[]):
+    where = torch.device(device)
+    # Built on the device itself (no host copy of the weights), seeded without disturbing the caller's RNG.
+    with torch.random.fork_rng(devices=[where] if where.type == "cuda" else []), where:
         torch.manual_seed(0)
         block = GPTBlock(width=dims["width"], heads=dims["heads"], tokens=dims["tokens"])
-    return block.to(device=device, dtype=dtype).eval()
+    return block.to(dtype=dtype).eval().requires_grad_(False)
 
 
 def _gpt_inputs(size: Size, device: DeviceLike, dtype: torch.dtype) -> tuple[Any, ...]:

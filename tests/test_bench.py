@@ -1,0 +1,130 @@
+"""The benchmark report on CPU: its structure, modelled rows labelled, reference bytes; the GPU run measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import fusionlab as fl
+from fusionlab import workloads
+from fusionlab.bench import BenchReport, BenchRow, benchmark, recorded_results
+from fusionlab.devices import PROFILES, model_time
+from fusionlab.workloads import tensor_bytes
+
+
+@pytest.fixture(scope="module")
+def streamed() -> tuple[BenchReport, list[BenchRow], Any]:
+    fn, inputs = workloads.get("gelu_bias").build("cpu", "cpu")
+    exploration = fl.explore(fn, *inputs)
+    rows: list[BenchRow] = []
+    report = benchmark(exploration, progress=False, repeat=3, callback=rows.append)
+    return report, rows, exploration
+
+
+def test_rows_stream_to_the_callback_in_order(streamed: tuple[BenchReport, list[BenchRow], Any]) -> None:
+    report, rows, _ = streamed
+    assert tuple(rows) == report.rows
+
+
+def test_one_program_row_per_variant(streamed: tuple[BenchReport, list[BenchRow], Any]) -> None:
+    report, _, _ = streamed
+    programs = {(r.variant, r.timing) for r in report.program_rows()}
+    assert {("reference", "modelled"), ("eager", "measured"), ("fusionlab", "modelled"),
+            ("inductor", "measured"), ("inductor", "modelled"), ("unfused", "modelled")} == programs
+    assert report.workload == "gelu_bias" and report.bound == "memory" and report.device == "cpu"
+
+
+def test_fusionlab_is_modelled_never_timed_on_cpu(streamed: tuple[BenchReport, list[BenchRow], Any]) -> None:
+    report, _, exploration = streamed
+    fusionlab_rows = [r for r in report.rows if r.variant == "fusionlab"]
+    assert len(fusionlab_rows) >= 2  # the program and its kernel(s)
+    assert all(r.timing == "modelled" and r.device == "H200" for r in fusionlab_rows)
+    program = report.row("fusionlab")
+    groups = [g for g in exploration.fused.groups if g.kind in ("pointwise", "reduction", "extern")]
+    moved = sum(g.bytes_read + g.bytes_written for g in groups)
+    assert program.bytes == moved and program.launches == len(groups)
+    assert program.median_ms == pytest.approx(model_time(moved, len(groups), 0, PROFILES["H200"]) * 1e3)
+    assert program.pct_of_copy_bw == pytest.approx(
+        moved / (program.median_ms / 1e3) / PROFILES["H200"].memory_bandwidth_bytes_per_s * 100
+    )
+
+
+def test_reference_row_holds_the_minimal_bytes(streamed: tuple[BenchReport, list[BenchRow], Any]) -> None:
+    report, _, exploration = streamed
+    x, b = exploration.example_inputs
+    minimal = tensor_bytes((x, b)) + x.numel() * x.element_size()  # read x and b, write gelu(x + b)
+    reference = report.row("reference")
+    assert reference.bytes == report.minimal_bytes == minimal
+    assert reference.pct_of_copy_bw == pytest.approx(100)
+
+
+def test_measured_rows_on_cpu(streamed: tuple[BenchReport, list[BenchRow], Any]) -> None:
+    report, _, _ = streamed
+    eager, inductor = report.row("eager"), report.row("inductor")
+    assert eager.timing == inductor.timing == "measured" and eager.device == "cpu"
+    assert eager.median_ms > 0 and inductor.median_ms > 0
+    assert eager.launches == 2 and inductor.launches == 1
+    kernels = [r for r in report.rows if r.variant == "inductor" and r.kernel]
+    assert kernels and all(r.timing == "untimed" and r.median_ms is None for r in kernels)
+    assert report.fusionlab_compile_s is not None and report.inductor_compile_s is not None
+    assert report.inductor_compile_s > 0
+
+
+def test_table_and_views(streamed: tuple[BenchReport, list[BenchRow], Any]) -> None:
+    report, _, _ = streamed
+    table = report.table
+    assert list(table.columns[:8]) == ["variant", "kernel", "median_ms", "launches", "bytes", "achieved_gbps",
+                                       "pct_of_copy_bw", "timing"]
+    assert len(table) == len(report.rows)
+    assert set(table[table.variant == "fusionlab"].timing) == {"modelled"}
+    assert "modelled (H200)" in report.as_text()
+    assert "gelu_bias" in repr(report) and "modelled" in repr(report)
+    assert "<table>" in report._repr_html_()
+    with pytest.raises(KeyError, match="no row"):
+        report.row("missing")
+
+
+def test_wrong_results_stop_the_benchmark_before_timing() -> None:
+    class Broken:
+        fn = staticmethod(torch.relu)
+        example_inputs = (torch.randn(8, 8),)
+
+        def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+            return list(args)
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x) + 1
+
+    with pytest.raises(AssertionError, match="fusionlab's program for relu output 0 differs"):
+        benchmark(Broken(), progress=False)
+
+
+def test_device_must_be_where_the_inputs_are(streamed: tuple[BenchReport, list[BenchRow], Any]) -> None:
+    _, _, exploration = streamed
+    with pytest.raises(ValueError, match="explore with inputs on cuda"):
+        benchmark(exploration, device="cuda", progress=False)
+
+
+def test_recorded_results_are_read_and_filtered(tmp_path: Any) -> None:
+    assert isinstance(recorded_results(), tuple)
+    path = tmp_path / "bench.csv"
+    path.write_text("workload,eager_ms,gpu\nsoftmax,1.0,NVIDIA H200\nswiglu,2.0,NVIDIA H200\n")
+    rows = recorded_results("swiglu", path=path)
+    assert rows == ({"workload": "swiglu", "eager_ms": "2.0", "gpu": "NVIDIA H200"},)
+    assert recorded_results(path=tmp_path / "missing.csv") == ()
+
+
+@pytest.mark.gpu
+def test_cuda_benchmark_is_measured_per_kernel() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here")
+    fn, inputs = workloads.get("add_layer_norm").build("cpu", "cuda", torch.float32)
+    report = benchmark(fl.explore(fn, *inputs), progress=False)
+    for variant in ("eager", "fusionlab", "inductor"):
+        row = report.row(variant, timing="measured")
+        assert row.median_ms > 0 and row.launches and row.pct_of_roofline
+    measured_kernels = [r for r in report.rows if r.variant == "fusionlab" and r.kernel and r.timing == "measured"]
+    assert measured_kernels and all(r.bytes and r.achieved_gbps for r in measured_kernels)
+    assert report.row("fusionlab", timing="modelled").device == "H200"
