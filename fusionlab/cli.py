@@ -80,6 +80,14 @@ def _bench(arguments: argparse.Namespace) -> int:
     from fusionlab.suite import markdown_table, run_suite, write_results
 
     warm_up_inductor(device)  # so that the first workload's cold compile leaves out Inductor's imports
+    finished: list[dict[str, Any]] = []
+
+    def keep(row: dict[str, Any]) -> None:
+        finished.append(row)
+        write_results(finished, arguments.out)  # after every workload: a run cut short keeps what it measured
+        if not arguments.quiet:
+            _print_progress(row)
+
     rows = run_suite(
         arguments.workloads or None,
         device=device,
@@ -88,7 +96,7 @@ def _bench(arguments: argparse.Namespace) -> int:
         repeat=arguments.repeat,
         profile=arguments.profile,
         progress=not arguments.quiet,
-        on_row=None if arguments.quiet else _print_progress,
+        on_row=keep,
     )
     csv_path, markdown_path = write_results(rows, arguments.out)
     print(markdown_table(rows))
