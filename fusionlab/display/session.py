@@ -1,0 +1,30 @@
+"""Results the views share, computed once per exploration: Inductor's view of the same function.
+
+On a CPU the views ask Inductor for Triton source (generated, not run), so that our Triton kernel sits beside
+Inductor's Triton kernel rather than its C++; on CUDA Inductor compiles and runs as usual.
+
+    >>> view = inductor_for(ex)          # cached: a second call returns the same object
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from fusionlab.inductor import inductor_view
+from fusionlab.inductor_records import InductorView
+
+__all__ = ["inductor_for"]
+
+_VIEWS: weakref.WeakKeyDictionary[Any, dict[str, InductorView]] = weakref.WeakKeyDictionary()
+
+
+def inductor_for(exploration: Any, cpu_backend: str = "triton") -> InductorView:
+    """Inductor's kernels and decisions for `exploration`'s function (Triton source on a CPU by default)."""
+    cached = _VIEWS.setdefault(exploration, {})
+    if cpu_backend not in cached:
+        backend = "triton" if cpu_backend == "triton" else "cpp"
+        cached[cpu_backend] = inductor_view(exploration.fn, tuple(exploration.example_inputs),
+                                            captured_node_names=exploration.captured.aten_nodes,
+                                            cpu_backend=backend)  # type: ignore[arg-type]
+    return cached[cpu_backend]

@@ -1,0 +1,143 @@
+"""TimingPlot: eager vs fusionlab vs Inductor, redrawn while the benchmark runs.
+
+Rows stream in through `benchmark(callback=...)`; each redraws a matplotlib figure into an `Output` widget
+(updates inside one running cell). Views: the programs, the per-kernel breakdown, and a roofline. On a CPU the
+fusionlab figures are modelled on a GPU profile and recorded GPU runs are shown beside them, each labelled.
+
+    >>> plot = TimingPlot(ex)
+    >>> plot.run()             # or TimingPlot(report=ex.benchmark())
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from typing import Any
+
+import ipywidgets
+import traitlets
+from IPython.display import Image, display
+
+from fusionlab.display import style
+from fusionlab.display.plots import figure_png, kernel_figure, roofline_figure, timing_figure
+from fusionlab.display.tables import frame_table
+from fusionlab.widgets.base import StaticFallback
+
+__all__ = ["CPU_NOTE", "TimingPlot"]
+
+VIEWS = ("programs", "per kernel", "roofline")
+CPU_NOTE = ("On a CPU, fusionlab's kernels run in Triton's interpreter, which is never timed: fusionlab's (and "
+            "Inductor's GPU plan's) times are modelled on a GPU profile from the bytes moved and the launches, "
+            "and the recorded GPU measurements shipped with fusionlab are shown beside them. Eager and Inductor "
+            "are measured on this CPU by the wall clock.")
+
+
+class TimingPlot(StaticFallback, ipywidgets.VBox):
+    """Benchmark charts; `rows` grows as a benchmark runs, `view` picks programs / per kernel / roofline."""
+
+    view = traitlets.Unicode(VIEWS[0])
+    rows_seen = traitlets.Int(0)
+
+    def __init__(self, exploration: Any = None, report: Any = None, min_interval: float = 0.3,
+                 **kwargs: Any) -> None:
+        self.exploration = exploration
+        self.report = report
+        self.rows: list[Any] = list(report.rows) if report is not None else []
+        self.recorded: tuple[dict[str, str], ...] = tuple(report.recorded) if report is not None else ()
+        self.min_interval = min_interval
+        self._last_draw = 0.0
+        self.views = ipywidgets.ToggleButtons(options=list(VIEWS), value=VIEWS[0], style={"button_width": "auto"})
+        self.button = ipywidgets.Button(description="run benchmark", icon="play",
+                                        disabled=exploration is None)
+        self.status = ipywidgets.HTML()
+        self.output = ipywidgets.Output(layout={"min_height": "120px"})
+        self.table = ipywidgets.HTML()
+        self.note = ipywidgets.HTML()
+        super().__init__([ipywidgets.HBox([self.button, self.views]), self.status, self.note, self.output,
+                          ipywidgets.Accordion(children=[self.table], titles=("table",))], **kwargs)
+        self.add_class("fusionlab-timing-plot")
+        self.views.observe(lambda change: setattr(self, "view", change["new"]), names="value")
+        self.observe(lambda _: self.redraw(), names="view")
+        self.button.on_click(lambda _: self.run())
+        self.redraw()
+
+    # -- data -----------------------------------------------------------------------------------------
+    def add_row(self, row: Any) -> None:
+        """One benchmark row arrived: keep it and redraw (at most every `min_interval` s, program rows always)."""
+        self.rows.append(row)
+        self.rows_seen = len(self.rows)
+        now = time.perf_counter()
+        if not row.kernel or now - self._last_draw >= self.min_interval:
+            self.redraw()
+
+    def set_report(self, report: Any) -> None:
+        self.report = report
+        self.rows = list(report.rows)
+        self.recorded = tuple(report.recorded)
+        self.rows_seen = len(self.rows)
+        self.redraw()
+
+    def run(self, **options: Any) -> Any:
+        """Run `exploration.benchmark(...)`, drawing as rows arrive; returns the BenchReport."""
+        if self.exploration is None:
+            raise ValueError("this TimingPlot has no exploration to benchmark: TimingPlot(ex).run()")
+        self.rows = []
+        self.button.disabled = True
+        self.status.value = f"<span style='{style.NOTE_STYLE}'>benchmark running ...</span>"
+        try:
+            options.setdefault("progress", False)
+            report = self.exploration.benchmark(callback=self.add_row, **options)
+        except Exception as error:
+            self.status.value = f"<div style='{style.WARNING_STYLE}'>benchmark failed: " \
+                                f"{html.escape(f'{type(error).__name__}: {error}')}</div>"
+            raise
+        finally:
+            self.button.disabled = False
+        self.set_report(report)
+        return report
+
+    # -- drawing --------------------------------------------------------------------------------------
+    def figure(self) -> Any:
+        if self.view == "per kernel":
+            return kernel_figure(self.rows)
+        if self.view == "roofline":
+            return roofline_figure(self.rows)
+        title = ""
+        if self.report is not None:
+            title = f"{self.report.workload} on {self.report.device} ({self.report.bound}-bound)"
+        return timing_figure(self.rows, self.recorded, title)
+
+    def redraw(self) -> None:
+        self._last_draw = time.perf_counter()
+        png = figure_png(self.figure())
+        with self.output:
+            self.output.clear_output(wait=True)
+            display(Image(data=png, format="png"))
+        on_cpu = any(getattr(r, "timing", "") == "modelled" for r in self.rows) and not any(
+            getattr(r, "device", "").startswith("cuda") for r in self.rows)
+        self.note.value = f"<div style='{style.NOTE_STYLE}'>{html.escape(CPU_NOTE)}</div>" if on_cpu else ""
+        if self.report is not None:
+            self.status.value = f"<span style='{style.NOTE_STYLE}'>{html.escape(repr(self.report))}</span>"
+        elif self.rows:
+            self.status.value = f"<span style='{style.NOTE_STYLE}'>{len(self.rows)} rows so far ...</span>"
+        self.table.value = frame_table([_row_dict(r) for r in self.rows], max_height="300px") if self.rows else ""
+
+    def static_png(self) -> bytes | None:
+        return figure_png(self.figure()) if self.rows else None
+
+    def static_html(self) -> str:
+        if not self.rows:
+            return f"<div style='{style.NOTE_STYLE}'>no timings yet: run the benchmark</div>"
+        png = base64.b64encode(figure_png(self.figure())).decode("ascii")
+        return (f"<div>{self.status.value}{self.note.value}<img src='data:image/png;base64,{png}' "
+                f"style='max-width:100%'>{self.table.value}</div>")
+
+    def __repr__(self) -> str:
+        return f"TimingPlot({len(self.rows)} rows, view={self.view!r})"
+
+
+def _row_dict(row: Any) -> dict[str, Any]:
+    fields = ("variant", "kernel", "median_ms", "launches", "bytes", "achieved_gbps", "pct_of_copy_bw", "timing",
+              "device")
+    return {name: getattr(row, name, None) for name in fields}
