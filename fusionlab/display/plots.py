@@ -18,9 +18,13 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-__all__ = ["Bar", "Panel", "figure_png", "figure_svg", "kernel_figure", "roofline_figure", "timing_figure",
+__all__ = ["CPU_NOTE", "Bar", "Panel", "figure_png", "figure_svg", "kernel_figure", "roofline_figure", "timing_figure",
            "timing_panels"]
 
+CPU_NOTE = ("On a CPU, fusionlab's kernels run in Triton's interpreter, which is never timed: fusionlab's (and "
+            "Inductor's GPU plan's) times are modelled on a GPU profile from the bytes moved and the launches, "
+            "and the recorded GPU measurements shipped with fusionlab are shown beside them. Eager and Inductor "
+            "are measured on this CPU by the wall clock.")
 _COLOURS = {"eager": "#6b7280", "fusionlab": "#2563eb", "inductor": "#ea580c", "unfused": "#cbd5e1"}
 _ORDER = ("unfused", "eager", "inductor", "fusionlab")
 

@@ -14,7 +14,7 @@ from typing import Any
 from fusionlab.inductor import inductor_view
 from fusionlab.inductor_records import InductorView
 
-__all__ = ["inductor_for"]
+__all__ = ["inductor_for", "load_inductor"]
 
 _VIEWS: weakref.WeakKeyDictionary[Any, dict[str, InductorView]] = weakref.WeakKeyDictionary()
 
@@ -28,3 +28,18 @@ def inductor_for(exploration: Any, cpu_backend: str = "triton") -> InductorView:
                                             captured_node_names=exploration.captured.aten_nodes,
                                             cpu_backend=backend)  # type: ignore[arg-type]
     return cached[cpu_backend]
+
+
+def load_inductor(exploration: Any, inductor: Any) -> Any:
+    """`inductor`: True (compute it; a CPU gets Triton source, generated not run), False/None, or a view.
+
+    A failure becomes a string saying why, which the views show instead of Inductor's side.
+    """
+    if inductor is True:
+        try:
+            return inductor_for(exploration)
+        except Exception as error:  # everything else works without Inductor
+            return f"unavailable: {type(error).__name__}: {error}"
+    if inductor is False:
+        return None
+    return inductor

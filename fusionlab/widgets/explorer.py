@@ -15,7 +15,7 @@ import ipywidgets
 
 from fusionlab.display import style
 from fusionlab.display.links import find_group
-from fusionlab.display.session import inductor_for
+from fusionlab.display.session import load_inductor
 from fusionlab.display.tables import (
     decisions_table,
     edges_table,
@@ -29,22 +29,7 @@ from fusionlab.widgets.source_compare import SourceCompare
 from fusionlab.widgets.stepper import StageStepper
 from fusionlab.widgets.timing_plot import TimingPlot
 
-__all__ = ["Explorer", "load_inductor"]
-
-
-def load_inductor(exploration: Any, inductor: Any) -> Any:
-    """`inductor`: True (compute it; a CPU gets Triton source, generated not run), False/None, or a view.
-
-    A failure becomes a string saying why, which the views show instead of Inductor's side.
-    """
-    if inductor is True:
-        try:
-            return inductor_for(exploration)
-        except Exception as error:  # the rest of the explorer works without Inductor
-            return f"unavailable: {type(error).__name__}: {error}"
-    if inductor is False:
-        return None
-    return inductor
+__all__ = ["Explorer"]
 
 
 class Explorer(StaticFallback, ipywidgets.VBox):

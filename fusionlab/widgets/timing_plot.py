@@ -20,17 +20,14 @@ import traitlets
 from IPython.display import Image, display
 
 from fusionlab.display import style
-from fusionlab.display.plots import figure_png, kernel_figure, roofline_figure, timing_figure
+from fusionlab.display.plots import CPU_NOTE, figure_png, kernel_figure, roofline_figure, timing_figure
 from fusionlab.display.tables import frame_table
 from fusionlab.widgets.base import StaticFallback
 
-__all__ = ["CPU_NOTE", "TimingPlot"]
+__all__ = ["TimingPlot"]
 
 VIEWS = ("programs", "per kernel", "roofline")
-CPU_NOTE = ("On a CPU, fusionlab's kernels run in Triton's interpreter, which is never timed: fusionlab's (and "
-            "Inductor's GPU plan's) times are modelled on a GPU profile from the bytes moved and the launches, "
-            "and the recorded GPU measurements shipped with fusionlab are shown beside them. Eager and Inductor "
-            "are measured on this CPU by the wall clock.")
+
 
 
 class TimingPlot(StaticFallback, ipywidgets.VBox):

@@ -1,0 +1,277 @@
+"""One self-contained HTML page about one exploration: the graph, the groups and decisions, both sources, timings.
+
+No network and no kernel needed to read it: styles are inline, the graph and the charts are inline SVG, and a
+few lines of inline script (optional: the page reads fine without it) filter the sources by a click on the
+graph. Every name from user code is escaped.
+
+    >>> page = exploration_html(ex)                         # or ex.to_html("report.html")
+    $ fusionlab report fusionlab.workloads:softmax --out softmax.html
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import importlib
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fusionlab.display.graph import draw_graph
+from fusionlab.display.links import inductor_kernels_of, kernel_of_group, wrapper_sections
+from fusionlab.display.plots import CPU_NOTE, figure_svg, kernel_figure, roofline_figure, timing_figure
+from fusionlab.display.render import graph_html, render_svg
+from fusionlab.display.session import load_inductor
+from fusionlab.display.source import source_panel
+from fusionlab.display.tables import (
+    decisions_table,
+    edges_table,
+    frame_table,
+    groups_table,
+    inductor_decisions_table,
+    inductor_table,
+)
+
+__all__ = ["exploration_html", "load_target", "main"]
+
+_PAGE_STYLE = """
+body { font-family: Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1280px; color: #111827; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; border-bottom: 1px solid #e5e7eb; }
+.fl-note { font-size: 12px; color: #4b5563; }
+.fl-pair { display: flex; gap: 10px; } .fl-pair > div { flex: 1; min-width: 0; }
+.fl-group { margin: 10px 0 18px; } .fl-group.fl-hidden { display: none; }
+.fusionlab-graph g.node, .fusionlab-graph g.cluster { cursor: pointer; }
+.fusionlab-graph g.fl-selected polygon, .fusionlab-graph g.fl-selected path,
+.fusionlab-graph g.fl-selected ellipse { stroke: #f59e0b; stroke-width: 3px; }
+button { font-size: 12px; }
+"""
+
+# Reads the JSON island (ids -> names, names -> groups), filters the source sections on a click. No eval, no
+# innerHTML: names only ever reach the page as text.
+_PAGE_SCRIPT = """
+(function () {
+  var data = JSON.parse(document.getElementById("fl-data").textContent);
+  var status = document.getElementById("fl-status");
+  function show(group) {
+    document.querySelectorAll(".fl-group").forEach(function (section) {
+      section.classList.toggle("fl-hidden", group !== null && section.getAttribute("data-group") !== group);
+    });
+    status.textContent = group === null ? "showing every group" : "showing group " + group;
+  }
+  document.querySelectorAll("#fl-graph g.node, #fl-graph g.cluster").forEach(function (element) {
+    element.addEventListener("click", function (event) {
+      event.stopPropagation();
+      var title = element.querySelector("title");
+      var name = title ? data.names[title.textContent] : undefined;
+      document.querySelectorAll("#fl-graph .fl-selected").forEach(function (e) { e.classList.remove("fl-selected"); });
+      element.classList.add("fl-selected");
+      var group = name === undefined ? undefined : data.groups[name];
+      if (group !== undefined) { show(group); }
+    });
+  });
+  document.getElementById("fl-show-all").addEventListener("click", function () { show(null); });
+})();
+"""
+
+
+def _section(title: str, body: str, anchor: str) -> str:
+    return f"<h2 id='{anchor}'>{html.escape(title)}</h2>{body}"
+
+
+def _note(text: str) -> str:
+    return f"<p class='fl-note'>{html.escape(text)}</p>"
+
+
+def _json_island(value: Any) -> str:
+    """JSON that cannot close its <script> element: every '<', '>' and '&' is a \\u escape."""
+    text = json.dumps(value)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def exploration_html(ex: Any, *, inductor: Any = True, timings: Any = True, title: str | None = None) -> str:
+    """The page. `inductor`: True (compute it), False, or an InductorView; `timings`: True (run the
+    benchmark), False, or a BenchReport. A part that fails says so on the page; the rest is still written.
+    """
+    fused, generated = ex.fused, ex.generated
+    view = load_inductor(ex, inductor)
+    name = str(title or getattr(ex.fn, "__name__", type(ex.fn).__name__))
+    drawing = draw_graph(fused)
+    graph = graph_html(render_svg(drawing.dot))
+    aten = graph_html(render_svg(draw_graph(fused, level="captured").dot))
+    try:
+        verified = repr(ex.verify())
+    except Exception as error:  # keep writing the page: say what failed
+        verified = f"verify failed: {type(error).__name__}: {error}"
+    group_of = {node: group.name for group in fused.groups for node in group.nodes}
+    group_of.update({group.name: group.name for group in fused.groups})
+    for group in fused.groups:
+        for origin in group.origins:
+            group_of.setdefault(origin, group.name)
+    island = _json_island({"names": drawing.names, "groups": group_of})
+
+    parts = [
+        f"<h1>fusionlab: {html.escape(name)}</h1>",
+        _note(f"{ex!r} | {fused!r} | {verified}"),
+        _note(f"written {datetime.datetime.now().isoformat(timespec='seconds')} by fusionlab with torch "
+              f"{torch.__version__}; self-contained: no network needed."),
+        _section("Graph: one colour per fusion group", graph + _note(
+            "Dashed grey edges stay in registers inside a kernel; solid edges are written to memory and read "
+            "back. Grey 3-D boxes are extern ops (eager PyTorch / cuBLAS); dashed boxes are views. Hover for "
+            "shapes and dtypes; click a node or a group to show only its sources below."), "graph"),
+        f"<details><summary>the captured aten graph</summary>{aten}</details>",
+        _section("Groups", groups_table(fused), "groups"),
+        _section("Fusion decisions, in order", decisions_table(fused), "decisions"),
+        f"<details><summary>every edge: types and sizes</summary>{edges_table(fused)}</details>",
+        _section("Sources: fusionlab beside TorchInductor", _sources(ex, generated, view), "sources"),
+        _section("Wrapper programs", _wrappers(generated, view), "wrappers"),
+        _section("TorchInductor", _inductor(view), "inductor"),
+        _section("Timings", _timings(ex, timings), "timings"),
+    ]
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>fusionlab: {html.escape(name)}</title><style>{_PAGE_STYLE}</style></head><body>"
+        + "".join(parts)
+        + f"<script type='application/json' id='fl-data'>{island}</script><script>{_PAGE_SCRIPT}</script>"
+        + "</body></html>\n"
+    )
+
+
+def _sources(ex: Any, generated: Any, view: Any) -> str:
+    sections = wrapper_sections(generated)
+    controls = ("<p class='fl-note'><span id='fl-status'>showing every group</span> "
+                "<button id='fl-show-all' type='button'>show every group</button></p>")
+    blocks = []
+    for group in ex.fused.groups:
+        kernel = kernel_of_group(generated, group.name)
+        if kernel is None and group.kind == "view":
+            continue
+        if kernel is not None:
+            ours = source_panel(f"fusionlab: {kernel.name} (Triton)", kernel.source, "python", max_height="520px")
+        else:
+            ours = source_panel(f"fusionlab: {group.name} (extern call between kernels)",
+                                sections.get(group.name, ""), "python")
+        if view is None or isinstance(view, str):
+            theirs = _note(f"Inductor: {view or 'not requested'}")
+        else:
+            kernels = inductor_kernels_of(group, view)
+            theirs = "".join(source_panel(f"TorchInductor: {k.name} ({k.language}; aten: {', '.join(k.aten_ops)})",
+                                          k.source, "cpp" if k.language == "cpp" else "python", max_height="520px")
+                             for k in kernels) or _note("no Inductor kernel lists these aten nodes")
+        summary = (f"{group.name}: {group.kind}; aten nodes {', '.join(group.origins)}; reads "
+                   f"{group.bytes_read:,} B, writes {group.bytes_written:,} B")
+        blocks.append(f"<div class='fl-group' data-group='{html.escape(group.name, quote=True)}'>"
+                      f"<h3 style='font-size:13px'>{html.escape(summary)}</h3>"
+                      f"<div class='fl-pair'><div>{ours}</div><div>{theirs}</div></div></div>")
+    return controls + "".join(blocks)
+
+
+def _wrappers(generated: Any, view: Any) -> str:
+    ours = source_panel("fusionlab's wrapper: allocates, launches, calls externs", generated.wrapper)
+    if view is None or isinstance(view, str):
+        theirs = _note(f"Inductor: {view or 'not requested'}")
+    else:
+        theirs = f"<details><summary>TorchInductor's wrapper module</summary>" \
+                 f"{source_panel('TorchInductor', view.wrapper_source, 'python', max_height='640px')}</details>"
+    return f"<div class='fl-pair'><div>{ours}</div><div>{theirs}</div></div>"
+
+
+def _inductor(view: Any) -> str:
+    if view is None:
+        return _note("not requested")
+    if isinstance(view, str):
+        return _note(f"Inductor is {view}")
+    return inductor_table(view) + inductor_decisions_table(view, max_height="480px")
+
+
+def _timings(ex: Any, timings: Any) -> str:
+    report = timings
+    if timings is True:
+        try:
+            report = ex.benchmark(progress=False)
+        except Exception as error:  # the page is still useful without timings
+            return _note(f"the benchmark failed: {type(error).__name__}: {error}")
+    if not report:
+        return _note("not requested (exploration_html(ex, timings=True) runs the benchmark)")
+    rows = report.rows
+    on_cpu = not str(report.device).startswith("cuda")
+    charts = [timing_figure(rows, report.recorded, f"{report.workload} on {report.device}"), kernel_figure(rows),
+              roofline_figure(rows)]
+    body = "".join(f"<div>{figure_svg(chart)}</div>" for chart in charts)
+    recorded = frame_table(list(report.recorded)) if report.recorded else ""
+    return (_note(repr(report)) + (_note(CPU_NOTE) if on_cpu else "") + body + frame_table(report.table)
+            + (f"<h3 style='font-size:13px'>Recorded on a GPU</h3>{recorded}" if recorded else ""))
+
+
+# ---- the command line: fusionlab report MODULE:FUNCTION --out report.html --------------------------------
+
+
+def load_target(target: str) -> Any:
+    """`MODULE:FUNCTION` -> an Exploration.
+
+    FUNCTION may be an Exploration; a workload function of `fusionlab.workloads` (its CPU-size inputs are used);
+    a callable with an `example_inputs` attribute; or a function of no arguments that returns an Exploration or
+    `(fn, example_inputs)`. A bare workload name (`softmax`) works too.
+    """
+    from fusionlab import workloads
+    from fusionlab.explore import Exploration, explore
+
+    if ":" not in target:
+        if target in workloads.names():
+            fn, inputs = workloads.get(target).build("cpu")
+            return explore(fn, *inputs)
+        raise ValueError(f"{target!r} is not MODULE:FUNCTION (for example fusionlab.workloads:softmax) nor a "
+                         f"workload name ({', '.join(workloads.names())})")
+    module_name, _, attribute = target.partition(":")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        value: Any = importlib.import_module(module_name)
+    finally:
+        sys.path.pop(0)
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise ValueError(f"module {module_name!r} has no attribute {attribute!r}")
+        value = getattr(value, part)
+    if isinstance(value, Exploration):
+        return value
+    known = workloads.find(value)
+    if known is not None:
+        fn, inputs = known.build("cpu")
+        return explore(fn, *inputs)
+    examples = getattr(value, "example_inputs", None)
+    if examples is not None:
+        inputs = examples() if callable(examples) else examples
+        return explore(value, *tuple(inputs))
+    if callable(value) and _takes_no_arguments(value):
+        made = value()
+        if isinstance(made, Exploration):
+            return made
+        if isinstance(made, tuple) and len(made) == 2 and callable(made[0]):
+            return explore(made[0], *tuple(made[1]))
+    raise ValueError(f"{target} needs example inputs: make it a function of no arguments that returns an "
+                     "Exploration or (fn, example_inputs), or give the function an `example_inputs` attribute")
+
+
+def _takes_no_arguments(value: Any) -> bool:
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):
+        return False
+    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in signature.parameters.values())
+
+
+def main(target: str, out: str = "report.html", timings: bool = True) -> int:
+    """`fusionlab report`: write the page for `target`; 0 on success, 2 when the target cannot be loaded."""
+    try:
+        ex = load_target(target)
+    except (ImportError, ValueError) as error:
+        print(f"fusionlab report: {error}", file=sys.stderr)
+        return 2
+    page = exploration_html(ex, timings=timings)
+    Path(out).write_text(page, encoding="utf-8")
+    print(f"wrote {out} ({len(page) / 1e3:.0f} kB)")
+    return 0
