@@ -36,7 +36,7 @@ class Exploration:
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  policy: str | Policy = "default", dynamic: bool = False, forbid: Sequence[tuple[str, str]] = (),
-                 force: Sequence[tuple[str, str]] = (), looped_reductions: bool = False,
+                 force: Sequence[tuple[str, str]] = (), looped_reductions: bool = False, autotune: bool = False,
                  _shared: dict[str, Any] | None = None) -> None:
         self.fn = fn
         self.example_args = args
@@ -46,6 +46,7 @@ class Exploration:
         self.forbid = tuple(forbid)
         self.force = tuple(force)
         self.looped_reductions = looped_reductions
+        self.autotune = autotune
         self._shared = _shared or {}
 
     @property
@@ -99,8 +100,8 @@ class Exploration:
         generated = self.generated
         from fusionlab.codegen.program import KERNEL_PREAMBLE
 
-        handles = tuple(KernelHandle(k.name, k.kind, KERNEL_PREAMBLE + "\n\n" + k.source, k.persistent)
-                        for k in generated.kernels)
+        handles = tuple(KernelHandle(k.name, k.kind, KERNEL_PREAMBLE + "\n\n" + k.source, k.persistent,
+                                     autotune=self.autotune) for k in generated.kernels)
         namespace: dict[str, Any] = {"torch": torch, "empty": empty, "triton": triton}
         namespace.update(generated.program.namespace_constants)
         for handle in handles:
@@ -142,6 +143,7 @@ class Exploration:
         result = Exploration(self.fn, self.example_args, self.example_kwargs, policy=self.policy,
                              dynamic=self.dynamic, forbid=self.forbid + tuple(forbid),
                              force=self.force + tuple(force), looped_reductions=self.looped_reductions,
+                             autotune=self.autotune,
                              _shared=shared)
         result.fused  # noqa: B018 - validate the request now: an illegal forced fusion raises here
         return result
@@ -182,9 +184,14 @@ def _launch(handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> N
 
 
 def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy = "default",
-            dynamic: bool = False, looped_reductions: bool = False, **example_kwargs: Any) -> Exploration:
-    """Start exploring `fn` on example inputs. Nothing runs until a stage is asked for."""
+            dynamic: bool = False, looped_reductions: bool = False, autotune: bool = False,
+            **example_kwargs: Any) -> Exploration:
+    """Start exploring `fn` on example inputs. Nothing runs until a stage is asked for.
+
+    `looped_reductions=True` forces looped reductions even where a row fits in registers; `autotune=True` times a
+    small set of block sizes and warps per kernel and shape on the first CUDA launch and keeps the fastest (the
+    choices and their timings are on `ex.compiled.kernels`)."""
     if not callable(fn):
         raise TypeError(f"explore() needs a function or nn.Module, got {type(fn).__name__}")
     return Exploration(fn, example_inputs, example_kwargs, policy=policy, dynamic=dynamic,
-                       looped_reductions=looped_reductions)
+                       looped_reductions=looped_reductions, autotune=autotune)

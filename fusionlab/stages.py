@@ -213,10 +213,19 @@ class Generated(_Stage):
 
 @dataclass(frozen=True)
 class CompiledKernelInfo:
+    """One kernel after running: where it ran, its last launch config, what the autotuner measured, asm stages."""
+
     name: str
     backends: tuple[str, ...]
     config: dict[str, int]
     asm: dict[str, str]
+    tuning: tuple[tuple[str, float], ...] = ()  # (config, median ms) per candidate, fastest first
+
+
+def _tuning(handle: KernelHandle) -> tuple[tuple[str, float], ...]:
+    rows = [(f"XBLOCK={c.XBLOCK} RBLOCK={c.RBLOCK} warps={c.num_warps}", ms)
+            for timings in handle.tuning.values() for c, ms in timings.items()]
+    return tuple(sorted(rows, key=lambda row: row[1]))
 
 
 @dataclass(frozen=True, repr=False)
@@ -241,7 +250,7 @@ class Compiled(_Stage):
     @property
     def kernels(self) -> tuple[CompiledKernelInfo, ...]:
         return tuple(CompiledKernelInfo(h.name, tuple(sorted(h.backends_used)),
-                                        dict(vars(h.last_config)) if h.last_config else {}, h.asm())
+                                        dict(vars(h.last_config)) if h.last_config else {}, h.asm(), _tuning(h))
                      for h in self.handles)
 
     def __repr__(self) -> str:
@@ -254,5 +263,7 @@ class Compiled(_Stage):
             used = ", ".join(info.backends) or "not launched yet"
             lines.append(f"# {info.name}: {used}; last config {info.config or '-'}; asm stages "
                          f"{sorted(info.asm) or '-'}")
+            for config, milliseconds in info.tuning[:4]:
+                lines.append(f"#     autotune: {config} {milliseconds:.4f} ms")
         lines.append(self.previous.wrapper)
         return "\n".join(lines)

@@ -56,3 +56,26 @@ def _cuda(shape: KernelShape) -> LaunchConfig:
 def choose(shape: KernelShape, backend: str) -> LaunchConfig:
     """Block sizes for one launch; `backend` is "cuda" or "interpreter"."""
     return _interpreter(shape) if backend == "interpreter" else _cuda(shape)
+
+
+def candidates(shape: KernelShape) -> list[LaunchConfig]:
+    """The small config space the autotuner measures on CUDA (the heuristic's choice is always included)."""
+    base = _cuda(shape)
+    found = [base]
+    if shape.kind == "pointwise":
+        for xblock in (512, 1024, 2048, 4096):
+            for warps in (4, 8):
+                found.append(LaunchConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), 1, warps))
+    elif shape.persistent:
+        rblock = triton.next_power_of_2(max(shape.rnumel, 1))
+        for rows in (1, 2, 4, 8):
+            if rows * rblock > 32768 or rows > triton.next_power_of_2(max(shape.xnumel, 1)):
+                continue
+            for warps in (4, 8, 16, 32):
+                if warps * 32 <= rows * rblock:
+                    found.append(LaunchConfig(rows, rblock, warps))
+    else:
+        for rblock in (1024, 2048, 4096):
+            for warps in (4, 8, 16):
+                found.append(LaunchConfig(1, rblock, warps))
+    return list(dict.fromkeys(found))

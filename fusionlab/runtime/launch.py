@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fusionlab.runtime.config import KernelShape, LaunchConfig, choose
+from fusionlab.runtime.config import KernelShape, LaunchConfig, candidates, choose
 from fusionlab.runtime.interpreter import build_module, interpreted_standard_library
 
 
@@ -23,6 +23,9 @@ class KernelHandle:
     compiled: Any = None  # the CompiledKernel of the first CUDA launch (asm stages)
     last_config: LaunchConfig | None = None
     backends_used: set[str] = field(default_factory=set)
+    autotune: bool = False
+    tuned: dict[KernelShape, LaunchConfig] = field(default_factory=dict)
+    tuning: dict[KernelShape, dict[LaunchConfig, float]] = field(default_factory=dict)  # measured ms per config
 
     def function(self, backend: str) -> Any:
         if backend not in self.modules:
@@ -33,22 +36,47 @@ class KernelHandle:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
         backend = "cuda" if device.type == "cuda" else "interpreter"
         shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent)
-        config = choose(shape, backend)
-        self.last_config = config
         self.backends_used.add(backend)
-        kernel = self.function(backend)
+        if backend == "interpreter":
+            config = choose(shape, backend)
+            with interpreted_standard_library():
+                self._run(backend, config, shape, args)
+        else:
+            config = self.tuned.get(shape) or (self._tune(shape, args) if self.autotune else choose(shape, backend))
+            with torch.cuda.device(device):
+                compiled = self._run(backend, config, shape, args)
+            if self.compiled is None:
+                self.compiled = compiled
+        self.last_config = config
+
+    def _run(self, backend: str, config: LaunchConfig, shape: KernelShape, args: tuple[Any, ...]) -> Any:
         meta: dict[str, Any] = {"XBLOCK": config.XBLOCK}
         if self.kind == "reduction":
             meta["RBLOCK"] = config.RBLOCK
-        numels = (int(xnumel), int(rnumel)) if self.kind == "reduction" else (int(xnumel),)
+        numels = (shape.xnumel, shape.rnumel) if self.kind == "reduction" else (shape.xnumel,)
+        kernel = self.function(backend)
         if backend == "interpreter":
-            with interpreted_standard_library():
-                kernel[config.grid(shape)](*args, *numels, **meta)
-        else:
-            with torch.cuda.device(device):
-                compiled = kernel[config.grid(shape)](*args, *numels, num_warps=config.num_warps, **meta)
-            if self.compiled is None:
-                self.compiled = compiled
+            return kernel[config.grid(shape)](*args, *numels, **meta)
+        return kernel[config.grid(shape)](*args, *numels, num_warps=config.num_warps, **meta)
+
+    def _tune(self, shape: KernelShape, args: tuple[Any, ...]) -> LaunchConfig:
+        """Time each candidate config once per shape (CUDA events, median) and keep the fastest.
+
+        Safe to repeat: a kernel only reads its inputs and overwrites its outputs."""
+        import triton.testing
+
+        timings: dict[LaunchConfig, float] = {}
+        for config in candidates(shape):
+            try:
+                timings[config] = float(triton.testing.do_bench(
+                    lambda config=config: self._run("cuda", config, shape, args), warmup=5, rep=20,
+                    return_mode="median"))
+            except Exception:  # noqa: BLE001 - a config that does not compile (e.g. out of resources) is skipped
+                continue
+        best = min(timings, key=timings.__getitem__) if timings else choose(shape, "cuda")
+        self.tuned[shape] = best
+        self.tuning[shape] = timings
+        return best
 
     def asm(self) -> dict[str, str]:
         """Triton's compilation stages (ttir, ttgir, llir, ptx, ...) after the first CUDA launch."""
