@@ -87,7 +87,8 @@ def _run_one(
         )
         return summary_row(report, workload, inputs, dtype)
     except Exception as error:  # one broken workload must not hide the others' results
-        return _base_row(workload, inputs, dtype, device) | {"error": f"{type(error).__name__}: {error}"}
+        message = " ".join(str(error).split())  # one line: it goes into a CSV cell and a Markdown table
+        return _base_row(workload, inputs, dtype, device) | {"error": f"{type(error).__name__}: {message}"}
 
 
 def summary_row(report: BenchReport, workload: Workload, inputs: tuple[Any, ...], dtype: torch.dtype) -> dict[str, Any]:
@@ -175,7 +176,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         cells = [_format(row.get(column)) for column in _MARKDOWN_COLUMNS]
         if row.get("error"):
-            cells[4] = f"failed: {row['error']}"[:120].replace("|", "/")
+            cells[4] = " ".join(f"failed: {row['error']}".split())[:160].replace("|", "/")
         lines.append("| " + " | ".join(cells) + " |")
     if rows:
         first = rows[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -60,10 +61,12 @@ def cuda_kernel_ms(run: Callable[[], Any], *, iterations: int = 10) -> tuple[dic
 
     run()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
-        for _ in range(iterations):
-            run()
-        torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events")
+        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+            for _ in range(iterations):
+                run()
+            torch.cuda.synchronize()
     totals: dict[str, float] = {}
     launches = 0
     for event in profiler.events():
@@ -147,8 +150,10 @@ def fresh_inputs(inputs: tuple[Any, ...], seed: int = 1) -> tuple[Any, ...]:
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     """(rtol, atol) for comparing fused results with eager in `dtype`."""
+    # Eager rounds every intermediate to the low-precision dtype and a fused kernel keeps float32, so where
+    # values cancel the two differ by an ulp or two of the intermediates (bf16 ulp at 2..4: 0.0156).
     if dtype in (torch.bfloat16,):
-        return 2e-2, 2e-2
+        return 2e-2, 5e-2
     if dtype in (torch.float16,):
         return 1e-2, 1e-2
     if dtype in (torch.float32,):
