@@ -37,6 +37,7 @@ def workloads(dtype: torch.dtype) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="results")
+    parser.add_argument("--autotune", action="store_true", help="time a small config space per kernel")
     args = parser.parse_args()
     import os
 
@@ -47,7 +48,7 @@ def main() -> None:
     bandwidth = 2 * copy_src.numel() * 4 / (copy_ms * 1e-3)
     rows = []
     for name, (fn, inputs) in workloads(torch.bfloat16).items():
-        ex = fl.explore(fn, *inputs)
+        ex = fl.explore(fn, *inputs, autotune=args.autotune)
         start = time.perf_counter()
         ex.compiled  # noqa: B018
         ours = ex(*inputs)
@@ -68,11 +69,12 @@ def main() -> None:
                "inductor_pct": minimal / (t_ind * 1e-3) / bandwidth * 100,
                "kernels": len(ex.compiled.handles), "compile_s": compile_s,
                "configs": [dict(vars(h.last_config)) for h in ex.compiled.handles]}
+        row["tuning"] = [list(k.tuning[:6]) for k in ex.compiled.kernels]
         rows.append(row)
         print(json.dumps(row), flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "copy_bandwidth_bytes_per_s": bandwidth, "date": time.strftime("%Y-%m-%d"), "python": platform.python_version()}
-    with open(os.path.join(args.out, "gpu_smoke.json"), "w") as handle:
+    with open(os.path.join(args.out, "gpu_smoke_autotune.json" if args.autotune else "gpu_smoke.json"), "w") as handle:
         json.dump({"meta": meta, "rows": rows}, handle, indent=1)
     print(json.dumps(meta))
     for r in rows:

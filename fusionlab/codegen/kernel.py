@@ -25,6 +25,43 @@ from fusionlab.primitives import INTEGER_OVERRIDES, POINTWISE
 
 PERSISTENT_LIMIT = 16384
 
+# The head of every kernel module: combine functions for tl.reduce. Max/min reductions let NaN win and argmax/
+# argmin take the first NaN, else the first extreme value, as PyTorch does (tl.max and tl.argmax ignore NaN).
+KERNEL_PREAMBLE = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _multiply(a, b):
+    return a * b
+
+
+@triton.jit
+def _maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def _minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def _argmax(value_a, index_a, value_b, index_b):
+    nan_a = value_a != value_a
+    tie = (value_a == value_b) | (nan_a & (value_b != value_b))
+    take_a = (value_a > value_b) | (nan_a & (value_b == value_b)) | (tie & (index_a < index_b))
+    return tl.where(take_a, value_a, value_b), tl.where(take_a, index_a, index_b)
+
+
+@triton.jit
+def _argmin(value_a, index_a, value_b, index_b):
+    nan_a = value_a != value_a
+    tie = (value_a == value_b) | (nan_a & (value_b != value_b))
+    take_a = (value_a < value_b) | (nan_a & (value_b == value_b)) | (tie & (index_a < index_b))
+    return tl.where(take_a, value_a, value_b), tl.where(take_a, index_a, index_b)
+'''
+
 TRITON_DTYPES = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
     torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
@@ -49,7 +86,7 @@ class KernelArgument:
 class KernelSource:
     name: str
     group: str
-    kind: str
+    kind: str  # "pointwise" | "tiled" (pointwise over a 2-D tile) | "reduction"
     source: str
     arguments: tuple[KernelArgument, ...]
     persistent: bool
@@ -57,7 +94,7 @@ class KernelSource:
 
     @property
     def constexprs(self) -> tuple[str, ...]:
-        return ("XBLOCK", "RBLOCK") if self.kind == "reduction" else ("XBLOCK",)
+        return ("XBLOCK", "RBLOCK") if self.kind in ("reduction", "tiled") else ("XBLOCK",)
 
 
 def _literal(value: object, dtype: torch.dtype) -> str:
@@ -84,13 +121,13 @@ class KernelWriter:
     """Writes one kernel; `contiguous` names the inputs known to be laid out densely in row-major order."""
 
     def __init__(self, graph: Graph, group: FusionGroup, name: str, contiguous: set[str],
-                 force_looped: bool = False) -> None:
+                 force_looped: bool = False, tile_pointwise: bool = True) -> None:
         assert group.domain is not None
         self.graph, self.group, self.name, self.contiguous = graph, group, name, contiguous
         self.domain = group.domain
         self.members = set(group.nodes)
         self.namer = Namer({"xindex", "rindex", "xmask", "rmask", "mask", "xnumel", "rnumel", "XBLOCK", "RBLOCK",
-                            "roffset", "xoffset"})
+                            "roffset", "xoffset", "take", "candidate"})
         self.arguments: dict[str, KernelArgument] = {}
         self.reduction = self.domain.is_reduction
         rnumel: int | None = 1
@@ -98,9 +135,25 @@ class KernelWriter:
             size = static_value(self.domain.shape[axis])
             rnumel = rnumel * size if (size is not None and rnumel is not None) else None
         self.persistent = self.reduction and not force_looped and rnumel is not None and rnumel <= PERSISTENT_LIMIT
+        # A pointwise kernel with broadcast or strided operands walks a 2-D tile [rows, last dimension]: the
+        # column index is then a plain arange (a bias is read at `rindex`, with no integer division per element).
+        self.tiled = tile_pointwise and not self.reduction and self._wants_tile()
+        self.two_d = self.reduction or self.tiled
+        rank = len(self.domain.shape)
+        self.layout = Domain(self.domain.shape, (rank - 1,)) if self.tiled else self.domain
         self.globals: dict[str, str] = {}  # reduction results, visible after their loop
         self.top = _Scope([])
         self.dim_lines: dict[str, str] = {}
+
+    def _wants_tile(self) -> bool:
+        shape = self.domain.shape
+        if len(shape) < 2 or shape[-1] == 1:
+            return False
+        for value in self.group.inputs:
+            node_shape = self.graph[value].type.shape
+            if non_unit(node_shape) != non_unit(shape) or value not in self.contiguous:
+                return True
+        return False
 
     # -- arguments ------------------------------------------------------------------------------
     def _argument(self, raw: str, role: str, value: str = "", dim: int = -1, expr: str = "") -> str:
@@ -129,19 +182,19 @@ class KernelWriter:
         return result
 
     def dim_expr(self, dim: int) -> str:
-        if dim in self.domain.axes:
-            exprs = self._dims_of(self.domain.axes, "rindex")
+        if dim in self.layout.axes:
+            exprs = self._dims_of(self.layout.axes, "rindex")
         else:
-            exprs = self._dims_of(self.domain.outer, "xindex")
+            exprs = self._dims_of(self.layout.outer, "xindex")
         variable = f"d{dim}"
-        in_r = dim in self.domain.axes
+        in_r = dim in self.layout.axes
         if variable not in self.dim_lines and not in_r:
             self.dim_lines[variable] = f"{variable} = {exprs[dim]}"
         return variable if not in_r else exprs[dim]
 
     def _trailing_axes(self) -> bool:
-        rank = len(self.domain.shape)
-        return self.domain.axes == tuple(range(rank - len(self.domain.axes), rank))
+        rank = len(self.layout.shape)
+        return self.layout.axes == tuple(range(rank - len(self.layout.axes), rank))
 
     def full_map(self) -> IndexMap:
         return tuple(range(len(self.domain.shape)))
@@ -162,8 +215,8 @@ class KernelWriter:
         """The offset of a dense row-major value read at `index_map`, when no div/mod is needed."""
         used = [m for m in index_map if m is not None]
         every = [d for d in range(len(self.domain.shape)) if self.domain.shape[d] != 1]
-        if self.reduction:
-            outer = [d for d in self.domain.outer if self.domain.shape[d] != 1]
+        if self.two_d:
+            outer = [d for d in self.layout.outer if self.layout.shape[d] != 1]
             if used == every and self._trailing_axes():
                 return "xindex * rnumel + rindex"
             if used == outer:
@@ -185,7 +238,7 @@ class KernelWriter:
         return " + ".join(terms) or "0"
 
     def mask_for(self, expr: str) -> str | None:
-        has_x = "xindex" in expr or any(f"d{d}" in expr for d in self.domain.outer)
+        has_x = "xindex" in expr or any(f"d{d}" in expr for d in self.layout.outer)
         has_r = "rindex" in expr
         if has_x and has_r:
             return "mask"
@@ -222,6 +275,10 @@ class KernelWriter:
         mask = self.mask_for(offset)
         dtype = node.type.dtype
         load = f"tl.load({pointer} + {offset}" + (f", mask={mask}, other=0)" if mask else ")")
+        if mask is None:
+            # One element for the whole block: make it a block, as Triton's scalars and blocks mix unevenly
+            # (the interpreter cannot `&` a scalar comparison with a block one).
+            load = f"tl.broadcast_to({load}, {'[XBLOCK, 1]' if self.two_d else '[XBLOCK]'})"
         if compute_dtype(dtype) != dtype:
             load += f".to({TRITON_DTYPES[compute_dtype(dtype)]})"
         return load
@@ -280,16 +337,20 @@ class KernelWriter:
         if self.persistent:
             value = self.emit(source.name, self.full_map(), self.top)
             masked = f"tl.where(mask, {value}, {identity})"
-            line = {
-                "sum": f"tl.sum({masked}, 1){keep}",
-                "mean": f"(tl.sum({masked}, 1){keep} / rnumel)",
-                "prod": f"tl.reduce({masked}, 1, _multiply){keep}",
-                "amax": f"tl.max({masked}, 1){keep}",
-                "amin": f"tl.min({masked}, 1){keep}",
-                "argmax": f"tl.argmax({masked}, 1){keep}.to(tl.int64)",
-                "argmin": f"tl.argmin({masked}, 1){keep}.to(tl.int64)",
-            }[node.op]
-            self.top.lines.append(f"    {result} = {line}")
+            if node.op in ("argmax", "argmin"):
+                lanes = "tl.broadcast_to(rindex, [XBLOCK, RBLOCK]).to(tl.int64)"
+                extreme = self.namer.identifier(f"{result}_value")
+                self.top.lines.append(f"    {extreme}, {result} = tl.reduce(({masked}, {lanes}), 1, _{node.op})")
+                self.top.lines.append(f"    {result} = {result}{keep}")
+            else:
+                line = {
+                    "sum": f"tl.sum({masked}, 1){keep}",
+                    "mean": f"(tl.sum({masked}, 1){keep} / rnumel)",
+                    "prod": f"tl.reduce({masked}, 1, _multiply){keep}",
+                    "amax": f"tl.reduce({masked}, 1, _maximum){keep}",
+                    "amin": f"tl.reduce({masked}, 1, _minimum){keep}",
+                }[node.op]
+                self.top.lines.append(f"    {result} = {line}")
         else:
             accumulator = f"acc_{result}"
             lines = self.top.lines
@@ -303,29 +364,33 @@ class KernelWriter:
             update = {
                 "sum": f"{accumulator} + {masked}", "mean": f"{accumulator} + {masked}",
                 "prod": f"{accumulator} * {masked}",
-                "amax": f"tl.maximum({accumulator}, {masked})", "amin": f"tl.minimum({accumulator}, {masked})",
+                "amax": f"_maximum({accumulator}, {masked})", "amin": f"_minimum({accumulator}, {masked})",
             }
             if node.op in update:
                 loop.lines.append(f"{pad}{accumulator} = {update[node.op]}")
             else:
+                # Strictly better (or the first NaN): each lane keeps its first extreme value.
                 better = ">" if node.op == "argmax" else "<"
-                loop.lines.append(f"{pad}take = {masked} {better} {accumulator}")
+                loop.lines.append(f"{pad}candidate = {masked}")
+                loop.lines.append(f"{pad}take = (candidate {better} {accumulator}) | ((candidate != candidate) & "
+                                  f"({accumulator} == {accumulator}))")
                 loop.lines.append(f"{pad}{accumulator}_index = tl.where(take, rindex + {accumulator}_index * 0, "
                                   f"{accumulator}_index)")
-                loop.lines.append(f"{pad}{accumulator} = tl.where(take, {masked}, {accumulator})")
+                loop.lines.append(f"{pad}{accumulator} = tl.where(take, candidate, {accumulator})")
             lines.extend(loop.lines)
             final = {
                 "sum": f"tl.sum({accumulator}, 1){keep}", "mean": f"(tl.sum({accumulator}, 1){keep} / rnumel)",
                 "prod": f"tl.reduce({accumulator}, 1, _multiply){keep}",
-                "amax": f"tl.max({accumulator}, 1){keep}", "amin": f"tl.min({accumulator}, 1){keep}",
+                "amax": f"tl.reduce({accumulator}, 1, _maximum){keep}",
+                "amin": f"tl.reduce({accumulator}, 1, _minimum){keep}",
             }
             if node.op in final:
                 lines.append(f"    {result} = {final[node.op]}")
             else:
-                best = "tl.max" if node.op == "argmax" else "tl.min"
-                lines.append(f"    {result}_best = {best}({accumulator}, 1){keep}")
-                lines.append(f"    {result} = tl.min(tl.where({accumulator} == {result}_best, {accumulator}_index, "
-                             f"9223372036854775807), 1){keep}")
+                extreme = self.namer.identifier(f"{result}_value")
+                lines.append(f"    {extreme}, {result} = tl.reduce(({accumulator}, {accumulator}_index), 1, "
+                             f"_{node.op})")
+                lines.append(f"    {result} = {result}{keep}")
         self.globals[node.name] = result
         return result
 
@@ -359,8 +424,8 @@ class KernelWriter:
                 terms.append(f"{self.dim_expr(dim)}" + (f" * {' * '.join(later)}" if later else ""))
             offset = " + ".join(terms)
         else:
-            offset = "xindex * rnumel + rindex" if self.reduction else "xindex"
-        mask = "xmask" if level == "row" else ("mask" if self.reduction else "xmask")
+            offset = "xindex * rnumel + rindex" if self.two_d else "xindex"
+        mask = "xmask" if level == "row" else ("mask" if self.two_d else "xmask")
         scope.lines.append(f"{scope.indent}tl.store({pointer} + {offset}, {expr}, mask={mask})")
 
     def write(self) -> KernelSource:
@@ -389,6 +454,11 @@ class KernelWriter:
         return self._assemble()
 
     def _header(self) -> list[str]:
+        if self.tiled:
+            return ["    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+                    "    xmask = xindex < xnumel",
+                    "    rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]",
+                    "    rmask = rindex < rnumel", "    mask = xmask & rmask"]
         if not self.reduction:
             return ["    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)",
                     "    xmask = xindex < xnumel"]
@@ -401,15 +471,16 @@ class KernelWriter:
 
     def _assemble(self) -> KernelSource:
         ordered = sorted(self.arguments.values(), key=lambda a: ["input", "output", "size", "stride"].index(a.role))
-        numels = ["xnumel", "rnumel"] if self.reduction else ["xnumel"]
-        constexprs = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduction else [])
+        numels = ["xnumel", "rnumel"] if self.two_d else ["xnumel"]
+        constexprs = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.two_d else [])
         params = [a.name for a in ordered] + numels + constexprs
         primitives = [self.graph[n].op for n in self.group.nodes if self.graph[n].kind != "view"]
         read = ", ".join(f"{v} ({self.graph[v].type.text()})" for v in self.group.inputs) or "nothing"
         written = ", ".join(f"{v} ({self.graph[v].type.text()})" for v in self.group.outputs)
         style = ("persistent reduction: each row stays in registers, one pass" if self.persistent else
                  "looped reduction: one pass over each row per reduction, one more for the outputs"
-                 if self.reduction else "pointwise: one flat pass")
+                 if self.reduction else "pointwise over a 2-D tile [rows, last dimension]: broadcast operands "
+                 "are indexed by row or column, no division" if self.tiled else "pointwise: one flat pass")
         lines = [
             "@triton.jit",
             f"def {self.name}({', '.join(params)}):",
@@ -422,5 +493,6 @@ class KernelWriter:
         lines += [f"    {line}" for line in self.dim_lines.values()]
         lines += self.top.lines
         arguments = tuple(ordered) + tuple(KernelArgument(n, "numel") for n in numels)
-        return KernelSource(self.name, self.group.name, self.group.kind, "\n".join(lines) + "\n", arguments,
+        kind = "tiled" if self.tiled else self.group.kind
+        return KernelSource(self.name, self.group.name, kind, "\n".join(lines) + "\n", arguments,
                             self.persistent, self.domain)

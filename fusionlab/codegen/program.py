@@ -21,19 +21,12 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
-from fusionlab.codegen.kernel import KernelSource, KernelWriter
+from fusionlab.codegen.kernel import KERNEL_PREAMBLE, KernelSource, KernelWriter
 from fusionlab.fusion.fuse import FuseResult, FusionGroup
 from fusionlab.ir import Dim, Graph, Node, Ref, contiguous_strides, product
 from fusionlab.names import Namer, comment
 
-KERNEL_PREAMBLE = '''import triton
-import triton.language as tl
-
-
-@triton.jit
-def _multiply(a, b):
-    return a * b
-'''
+__all__ = ["KERNEL_PREAMBLE", "Program", "generate_program", "flatten_call"]
 
 
 @dataclass(frozen=True)
@@ -122,10 +115,12 @@ class ProgramWriter:
                 args.append(f"{self.var(argument.value)}.stride({argument.dim})")
         domain = group.domain
         assert domain is not None
-        xnumel = product(tuple(domain.shape[d] for d in domain.outer))
+        axes = domain.axes if domain.is_reduction else ((len(domain.shape) - 1,) if source.kind == "tiled" else ())
+        outer = tuple(d for d in range(len(domain.shape)) if d not in axes)
+        xnumel = product(tuple(domain.shape[d] for d in outer))
         call = f"    launch({name}, {', '.join(args)}, xnumel={render_dim(xnumel)}"
-        if domain.is_reduction:
-            call += f", rnumel={render_dim(product(tuple(domain.shape[d] for d in domain.axes)))}"
+        if axes:
+            call += f", rnumel={render_dim(product(tuple(domain.shape[d] for d in axes)))}"
         self.lines.append(call + ")")
 
     def extern(self, node: Node) -> None:

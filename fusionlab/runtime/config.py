@@ -13,7 +13,7 @@ import triton
 
 @dataclass(frozen=True)
 class KernelShape:
-    kind: str  # "pointwise" | "reduction"
+    kind: str  # "pointwise" | "tiled" (pointwise over [rows, last dimension]) | "reduction"
     xnumel: int
     rnumel: int
     persistent: bool
@@ -25,21 +25,35 @@ class LaunchConfig:
     RBLOCK: int
     num_warps: int
 
-    def grid(self, shape: KernelShape) -> tuple[int]:
-        return (max(1, triton.cdiv(shape.xnumel, self.XBLOCK)),)
+    def grid(self, shape: KernelShape) -> tuple[int, ...]:
+        rows = max(1, triton.cdiv(shape.xnumel, self.XBLOCK))
+        if shape.kind == "tiled":
+            return (rows, max(1, triton.cdiv(shape.rnumel, self.RBLOCK)))
+        return (rows,)
 
 
 def _interpreter(shape: KernelShape) -> LaunchConfig:
     # The interpreter runs one program at a time through numpy: few, large programs are fastest.
     if shape.kind == "pointwise":
         return LaunchConfig(min(triton.next_power_of_2(max(shape.xnumel, 1)), 1 << 16), 1, 1)
+    if shape.kind == "tiled":
+        rblock = min(triton.next_power_of_2(max(shape.rnumel, 1)), 1 << 12)
+        return LaunchConfig(max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), (1 << 16) // rblock)), rblock, 1)
     rblock = triton.next_power_of_2(max(shape.rnumel, 1)) if shape.persistent else 1024
     rblock = max(rblock, 1)
     xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), (1 << 16) // rblock))
     return LaunchConfig(xblock, rblock, 1)
 
 
+def _tiled(shape: KernelShape, elements: int, rblock_cap: int) -> LaunchConfig:
+    rblock = min(triton.next_power_of_2(max(shape.rnumel, 1)), rblock_cap)
+    xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), elements // rblock))
+    return LaunchConfig(xblock, rblock, 4 if xblock * rblock >= 512 else 1)
+
+
 def _cuda(shape: KernelShape) -> LaunchConfig:
+    if shape.kind == "tiled":
+        return _tiled(shape, 2048, 1024)
     if shape.kind == "pointwise":
         xblock = min(1024, triton.next_power_of_2(max(shape.xnumel, 1)))
         return LaunchConfig(xblock, 1, 4 if xblock >= 512 else max(1, xblock // 128))
@@ -62,7 +76,13 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
     """The small config space the autotuner measures on CUDA (the heuristic's choice is always included)."""
     base = _cuda(shape)
     found = [base]
-    if shape.kind == "pointwise":
+    if shape.kind == "tiled":
+        for elements in (1024, 2048, 4096):
+            for cap in (256, 1024):
+                for warps in (4, 8):
+                    config = _tiled(shape, elements, cap)
+                    found.append(LaunchConfig(config.XBLOCK, config.RBLOCK, warps))
+    elif shape.kind == "pointwise":
         for xblock in (512, 1024, 2048, 4096):
             for warps in (4, 8):
                 found.append(LaunchConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), 1, warps))

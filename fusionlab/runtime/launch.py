@@ -51,9 +51,10 @@ class KernelHandle:
 
     def _run(self, backend: str, config: LaunchConfig, shape: KernelShape, args: tuple[Any, ...]) -> Any:
         meta: dict[str, Any] = {"XBLOCK": config.XBLOCK}
-        if self.kind == "reduction":
+        two_d = self.kind in ("reduction", "tiled")
+        if two_d:
             meta["RBLOCK"] = config.RBLOCK
-        numels = (shape.xnumel, shape.rnumel) if self.kind == "reduction" else (shape.xnumel,)
+        numels = (shape.xnumel, shape.rnumel) if two_d else (shape.xnumel,)
         kernel = self.function(backend)
         if backend == "interpreter":
             return kernel[config.grid(shape)](*args, *numels, **meta)
