@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("target", metavar="MODULE:FUNCTION", help="for example mypackage.models:block")
     report.add_argument("--out", default="report.html", help="the page to write (default: report.html)")
+    report.add_argument("--no-timings", dest="timings", action="store_false", help="leave the benchmark out")
     return parser
 
 
@@ -126,7 +127,7 @@ def _report(arguments: argparse.Namespace) -> int:
     except ImportError as error:
         print(f"fusionlab report is not available in this installation ({error})", file=sys.stderr)
         return 2
-    return int(report.main(arguments.target, out=arguments.out))
+    return int(report.main(arguments.target, out=arguments.out, timings=arguments.timings))
 
 
 if __name__ == "__main__":
