@@ -27,6 +27,7 @@ from fusionlab.timing import (
     count_flops,
     count_launches,
     cuda_kernel_ms,
+    device_of,
     fresh_inputs,
     median_cuda_ms,
     median_wall_ms,
@@ -56,7 +57,7 @@ def benchmark(
     model uses (H200, H100, A100, L4 or a DeviceProfile). `repeat` is the number of timed runs on a CPU.
     """
     fn, inputs = exploration.fn, tuple(exploration.example_inputs)
-    where = _device_of(inputs, fn)
+    where = device_of(fn, inputs)
     if device is not None and torch.device(device).type != where.type:
         raise ValueError(
             f"benchmark runs where the exploration's inputs are ({where}), but device={device!r} was given: "
@@ -278,16 +279,6 @@ def _time(run: Callable[[], Any], device: torch.device, repeat: int) -> float:
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _device_of(inputs: tuple[Any, ...], fn: Any) -> torch.device:
-    for value in torch.utils._pytree.tree_leaves(list(inputs)):
-        if isinstance(value, torch.Tensor):
-            return value.device
-    if isinstance(fn, torch.nn.Module):
-        for parameter in fn.parameters():
-            return parameter.device
-    return torch.device("cpu")
 
 
 @contextmanager

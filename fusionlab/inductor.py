@@ -35,6 +35,7 @@ from fusionlab.inductor_records import (
     captured_pairs,
     match_nodes,
 )
+from fusionlab.timing import device_of
 
 __all__ = [
     "InductorDecision",
@@ -69,7 +70,7 @@ def inductor_view(
     from torch._inductor import config
     from torch._inductor.utils import run_and_get_code
 
-    device = _device_of(fn, inputs)
+    device = device_of(fn, inputs)
     generate_only = device.type == "cpu" and cpu_backend == "triton"
     if cpu_backend not in ("cpp", "triton"):
         raise ValueError(f"cpu_backend must be 'cpp' or 'triton', got {cpu_backend!r}")
@@ -127,7 +128,7 @@ def compile_inductor(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[C
     """
     from torch._inductor import config
 
-    device = _device_of(fn, inputs)
+    device = device_of(fn, inputs)
     torch._dynamo.reset()
     with config.patch({"force_disable_caches": True}), _quiet_compile(), torch.no_grad():
         compiled = torch.compile(fn, backend="inductor", dynamic=False)
@@ -142,24 +143,6 @@ def compile_inductor(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[C
 def warm_up_inductor(device: str | torch.device = "cpu") -> None:
     """Compile a one-op function once, so that later cold compile times leave out the import cost."""
     compile_inductor(lambda x: x + 1, (torch.ones(8, device=device),))
-
-
-def _device_of(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> torch.device:
-    tensors = [value for value in _flatten(inputs) if isinstance(value, torch.Tensor)]
-    if not tensors and isinstance(fn, torch.nn.Module):
-        tensors = list(fn.parameters())
-    return tensors[0].device if tensors else torch.device("cpu")
-
-
-def _flatten(value: Any) -> Iterator[Any]:
-    if isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _flatten(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _flatten(item)
-    else:
-        yield value
 
 
 def _generate_code(compiled: Callable[..., Any], inputs: tuple[Any, ...]) -> list[str]:

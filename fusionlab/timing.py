@@ -25,12 +25,24 @@ __all__ = [
     "count_flops",
     "count_launches",
     "cuda_kernel_ms",
+    "device_of",
     "fresh_inputs",
     "median_cuda_ms",
     "median_wall_ms",
     "node_flops",
     "tolerance",
 ]
+
+
+def device_of(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> torch.device:
+    """Where a call runs: the device of the first input tensor, else of the module's first parameter, else CPU."""
+    for value in pytree.tree_leaves(list(inputs)):
+        if isinstance(value, torch.Tensor):
+            return value.device
+    if isinstance(fn, torch.nn.Module):
+        for parameter in fn.parameters():
+            return parameter.device
+    return torch.device("cpu")
 
 
 def median_wall_ms(run: Callable[[], Any], *, repeat: int = 20, warmup: int = 3) -> float:
