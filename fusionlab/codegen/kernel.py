@@ -86,7 +86,7 @@ class KernelArgument:
 class KernelSource:
     name: str
     group: str
-    kind: str  # "pointwise" | "tiled" (pointwise over a 2-D tile) | "reduction"
+    kind: str  # "pointwise" | "tiled" (pointwise over a 2-D tile) | "reduction" | "outer_reduction"
     source: str
     arguments: tuple[KernelArgument, ...]
     persistent: bool
@@ -94,7 +94,7 @@ class KernelSource:
 
     @property
     def constexprs(self) -> tuple[str, ...]:
-        return ("XBLOCK", "RBLOCK") if self.kind in ("reduction", "tiled") else ("XBLOCK",)
+        return ("XBLOCK",) if self.kind == "pointwise" else ("XBLOCK", "RBLOCK")
 
 
 def _literal(value: object, dtype: torch.dtype) -> str:
@@ -134,13 +134,16 @@ class KernelWriter:
         for axis in self.domain.axes:
             size = static_value(self.domain.shape[axis])
             rnumel = rnumel * size if (size is not None and rnumel is not None) else None
-        self.persistent = self.reduction and not force_looped and rnumel is not None and rnumel <= PERSISTENT_LIMIT
         # A pointwise kernel with broadcast or strided operands walks a 2-D tile [rows, last dimension]: the
         # column index is then a plain arange (a bias is read at `rindex`, with no integer division per element).
         self.tiled = tile_pointwise and not self.reduction and self._wants_tile()
         self.two_d = self.reduction or self.tiled
         rank = len(self.domain.shape)
         self.layout = Domain(self.domain.shape, (rank - 1,)) if self.tiled else self.domain
+        # A reduction over leading axes reads its rows with a stride: it loops over small [XBLOCK, RBLOCK] tiles,
+        # wide along the contiguous outer dimension, instead of holding strided rows in registers.
+        self.persistent = (self.reduction and not force_looped and rnumel is not None and rnumel <= PERSISTENT_LIMIT
+                           and self._trailing_axes())
         self.globals: dict[str, str] = {}  # reduction results, visible after their loop
         self.top = _Scope([])
         self.dim_lines: dict[str, str] = {}
@@ -494,5 +497,7 @@ class KernelWriter:
         lines += self.top.lines
         arguments = tuple(ordered) + tuple(KernelArgument(n, "numel") for n in numels)
         kind = "tiled" if self.tiled else self.group.kind
+        if self.reduction and not self._trailing_axes():
+            kind = "outer_reduction"
         return KernelSource(self.name, self.group.name, kind, "\n".join(lines) + "\n", arguments,
                             self.persistent, self.domain)

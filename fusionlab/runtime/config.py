@@ -13,7 +13,7 @@ import triton
 
 @dataclass(frozen=True)
 class KernelShape:
-    kind: str  # "pointwise" | "tiled" (pointwise over [rows, last dimension]) | "reduction"
+    kind: str  # "pointwise" | "tiled" (pointwise over [rows, last dimension]) | "reduction" | "outer_reduction"
     xnumel: int
     rnumel: int
     persistent: bool
@@ -40,7 +40,8 @@ def _interpreter(shape: KernelShape) -> LaunchConfig:
         rblock = min(triton.next_power_of_2(max(shape.rnumel, 1)), 1 << 12)
         return LaunchConfig(max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), (1 << 16) // rblock)), rblock, 1)
     rblock = triton.next_power_of_2(max(shape.rnumel, 1)) if shape.persistent else 1024
-    rblock = max(rblock, 1)
+    if shape.kind == "outer_reduction":
+        rblock = min(64, triton.next_power_of_2(max(shape.rnumel, 1)))
     xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), (1 << 16) // rblock))
     return LaunchConfig(xblock, rblock, 1)
 
@@ -53,7 +54,11 @@ def _tiled(shape: KernelShape, elements: int, rblock_cap: int) -> LaunchConfig:
 
 def _cuda(shape: KernelShape) -> LaunchConfig:
     if shape.kind == "tiled":
-        return _tiled(shape, 2048, 1024)
+        return _tiled(shape, 4096, 1024)
+    if shape.kind == "outer_reduction":
+        # Wide along the contiguous outer dimension (coalesced), a few reduced rows per step.
+        xblock = min(128, triton.next_power_of_2(max(shape.xnumel, 1)))
+        return LaunchConfig(xblock, min(32, triton.next_power_of_2(max(shape.rnumel, 1))), 4)
     if shape.kind == "pointwise":
         xblock = min(1024, triton.next_power_of_2(max(shape.xnumel, 1)))
         return LaunchConfig(xblock, 1, 4 if xblock >= 512 else max(1, xblock // 128))
@@ -94,6 +99,10 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
             for warps in (4, 8, 16, 32):
                 if warps * 32 <= rows * rblock:
                     found.append(LaunchConfig(rows, rblock, warps))
+    elif shape.kind == "outer_reduction":
+        for xblock, rblock in ((64, 64), (128, 32), (256, 16), (128, 64), (32, 128)):
+            for warps in (4, 8):
+                found.append(LaunchConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), rblock, warps))
     else:
         for rblock in (1024, 2048, 4096):
             for warps in (4, 8, 16):

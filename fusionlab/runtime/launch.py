@@ -42,7 +42,10 @@ class KernelHandle:
             with interpreted_standard_library():
                 self._run(backend, config, shape, args)
         else:
-            config = self.tuned.get(shape) or (self._tune(shape, args) if self.autotune else choose(shape, backend))
+            config = self.tuned.get(shape)
+            if config is None:  # chosen once per shape: the heuristic, or the autotuner's measurement
+                config = self._tune(shape, args) if self.autotune else choose(shape, backend)
+                self.tuned[shape] = config
             with torch.cuda.device(device):
                 compiled = self._run(backend, config, shape, args)
             if self.compiled is None:
@@ -51,7 +54,7 @@ class KernelHandle:
 
     def _run(self, backend: str, config: LaunchConfig, shape: KernelShape, args: tuple[Any, ...]) -> Any:
         meta: dict[str, Any] = {"XBLOCK": config.XBLOCK}
-        two_d = self.kind in ("reduction", "tiled")
+        two_d = self.kind != "pointwise"
         if two_d:
             meta["RBLOCK"] = config.RBLOCK
         numels = (shape.xnumel, shape.rnumel) if two_d else (shape.xnumel,)
