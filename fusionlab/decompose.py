@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.capture import CaptureResult
+from fusionlab.capture import CaptureError, CaptureResult
 from fusionlab.ir import Arg, Dim, Graph, Node, Ref, Scalar, TensorType
 from fusionlab.names import sanitize
 from fusionlab.primitives import POINTWISE
@@ -26,6 +27,11 @@ Rule = Callable[..., Any]
 
 class RuleNotApplicable(Exception):
     """A rule met arguments it does not handle: the op runs as an extern op instead."""
+
+
+# The dtypes a generated kernel loads, computes and stores (complex, unsigned and float8 values run as extern ops).
+KERNEL_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                           torch.int16, torch.int8, torch.uint8, torch.bool})
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -62,7 +68,11 @@ class Builder:
 
     def _add(self, kind: str, op: str, args: tuple[Arg, ...], out: TensorType,
              params: dict[str, Any] | None = None, base: str | None = None) -> Ref:
-        key = (kind, op, args, tuple(sorted((params or {}).items())), out)
+        if kind in ("pointwise", "reduction"):
+            for dtype in [out.dtype] + [self.types[a.name].dtype for a in args if isinstance(a, Ref)]:
+                if dtype not in KERNEL_DTYPES:
+                    raise RuleNotApplicable(f"kernels do not compute on {dtype} values")
+        key: tuple[Any, ...] | None = (kind, op, args, tuple(sorted((params or {}).items())), out)
         if kind in ("pointwise", "reduction", "view"):
             try:
                 existing = self._seen.get(key)
@@ -224,9 +234,12 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
             for value in pytree.tree_leaves(fx_node.args[0]):
                 ref = env[value.name]
                 outputs.append(ref.name)
+        elif fx_node.op == "get_attr":
+            env[fx_node.name] = _tensor_constant(builder, fx_node, captured, fallbacks)
         elif fx_node.target is operator.getitem:
             env[fx_node.name] = env[fx_node.args[0].name][fx_node.args[1]]
         elif fx_node.op == "call_function":
+            _refuse_data_dependent(fx_node, captured)
             sizes = captured.multi_types.get(fx_node.name)
             if (fx_node.name not in captured.types and sizes is None) or (sizes is not None and not any(sizes)):
                 env[fx_node.name] = None  # a size computation: shapes come from the types, not from these
@@ -234,6 +247,28 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
             env[fx_node.name] = _apply(builder, table, fx_node, env, captured, fallbacks)
     hints = tuple((b.symbol, b.captured_value) for b in captured.symbols)
     return DecomposeResult(Graph(tuple(inputs), _live(nodes, outputs), tuple(outputs), hints), tuple(fallbacks))
+
+
+def _refuse_data_dependent(fx_node: torch.fx.Node, captured: CaptureResult) -> None:
+    """A number read out of a tensor, or a shape that depends on one, is not known when kernels are generated:
+    say so, rather than build a graph around a guess."""
+    names = {spec.placeholder: spec.name for spec in captured.inputs}
+    if fx_node.target in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
+        source = fx_node.args[0]
+        tensor = names.get(source.name, source.name) if isinstance(source, torch.fx.Node) else "a tensor"
+        raise CaptureError(f"{fx_node.name} reads a number out of tensor {tensor!r} (.item(), or a tensor passed where "
+                           "PyTorch expects a number): fusionlab captures shapes, not values. Pass a Python number "
+                           "instead, or keep this step outside the explored function")
+    known = {binding.symbol for binding in captured.symbols}
+    found = captured.multi_types.get(fx_node.name) or (captured.types.get(fx_node.name),)
+    for value_type in found:
+        if value_type is None:
+            continue
+        for dim in value_type.shape:
+            if isinstance(dim, sympy.Expr) and not dim.free_symbols <= known:
+                raise CaptureError(f"{fx_node.name} ({_short(fx_node.target)}) has a data-dependent output shape "
+                                   f"({value_type.text()}): fusionlab needs every size known at capture (or a "
+                                   "dynamic leading size); keep this step outside the explored function")
 
 
 def _live(nodes: list[Node], outputs: list[str]) -> tuple[Node, ...]:
@@ -244,6 +279,20 @@ def _live(nodes: list[Node], outputs: list[str]) -> tuple[Node, ...]:
         if node.name in needed:
             needed.update(node.inputs)
     return tuple(n for n in nodes if n.kind == "input" or n.name in needed)
+
+
+def _tensor_constant(builder: Builder, fx_node: torch.fx.Node, captured: CaptureResult,
+                     fallbacks: list[tuple[str, str]]) -> Ref:
+    """A tensor built inside the traced function (`torch.tensor(-inf)`): a literal when it holds one number,
+    else a copy made by an extern op."""
+    value = getattr(captured.graph_module, str(fx_node.target))
+    builder.origin = fx_node.name
+    builder.expected = captured.types[fx_node.name]
+    if value.dim() == 0 and not value.dtype.is_complex:
+        return builder.constant(value.item(), value.dtype)
+    reason = "a tensor constant made inside the function: copied in by an extern op"
+    fallbacks.append((fx_node.name, reason))
+    return _extern(builder, torch.ops.aten.clone.default, (value,), {}, reason)  # type: ignore[no-any-return]
 
 
 def _expected(fx_node: torch.fx.Node, captured: CaptureResult) -> Any:

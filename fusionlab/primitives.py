@@ -74,7 +74,7 @@ _TABLE: list[tuple[str, int, str]] = [
     ("minimum", 2, f"tl.minimum({{0}}, {{1}}, propagate_nan={_NAN})"),
     ("where", 3, "tl.where({0}, {1}, {2})"),
     ("copy", 1, "{0}"),
-    ("sign", 1, "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, {0}))"),
+    ("sign", 1, "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, 0.0))"),  # sign(nan) is 0, as in PyTorch
     ("bitwise_and", 2, "({0} & {1})"),
     ("bitwise_or", 2, "({0} | {1})"),
     ("bitwise_xor", 2, "({0} ^ {1})"),

@@ -105,8 +105,17 @@ RULES[aten.rsub] = _rsub
 RULES[aten.div] = _div
 RULES[aten.true_divide] = lambda b, x, y: _div(b, x, y)
 RULES[aten.pow] = _pow
-RULES[aten.fmax] = _binary("maximum")
-RULES[aten.fmin] = _binary("minimum")
+def _nan_ignoring(op: str) -> Rule:
+    """fmax/fmin: a NaN operand yields the other one (maximum/minimum propagate it)."""
+    def rule(b: Builder, x: Ref, y: Ref) -> Ref:
+        both = b.pointwise(op, x, y)
+        return b.pointwise("where", b.pointwise("isnan", x), y, b.pointwise("where", b.pointwise("isnan", y), x,
+                                                                           both))
+    return rule
+
+
+RULES[aten.fmax] = _nan_ignoring("maximum")
+RULES[aten.fmin] = _nan_ignoring("minimum")
 
 
 def _unary(op: str, floating: bool = True) -> Rule:
@@ -225,6 +234,13 @@ def _elu(b: Builder, x: Ref, alpha: float = 1.0, scale: float = 1.0, input_scale
     return b.pointwise("mul", b.pointwise("where", b.pointwise("gt", x, 0), x, negative), scale)
 
 
+def _logit(b: Builder, x: Ref, eps: float | None = None) -> Ref:
+    x = _float_operands(b, x)[0]
+    if eps is not None:
+        x = _clamp(b, x, eps, 1.0 - eps)
+    return b.pointwise("log", b.pointwise("div", x, b.pointwise("sub", 1.0, x)))
+
+
 RULES[aten.relu] = _relu
 RULES[aten.gelu] = _gelu
 RULES[aten.silu] = lambda b, x: b.pointwise("mul", x, b.pointwise("sigmoid", x))
@@ -237,9 +253,9 @@ RULES[aten.hardswish] = lambda b, x: b.pointwise("mul", x, _hardsigmoid(b, x))
 RULES[aten.elu] = _elu
 RULES[aten.celu] = lambda b, x, alpha=1.0: _elu(b, x, alpha, 1.0, 1.0 / alpha)
 RULES[aten.selu] = lambda b, x: _elu(b, x, 1.6732632423543772, 1.0507009873554805)
-RULES[aten.logit] = lambda b, x, eps=None: b.pointwise("log", b.pointwise("div", x, b.pointwise("sub", 1.0, x)))
-RULES[aten.threshold] = lambda b, x, threshold, value: b.pointwise("where", b.pointwise("gt", x, threshold),
-                                                                   x, value)
+RULES[aten.logit] = _logit
+RULES[aten.threshold] = lambda b, x, threshold, value: b.pointwise("where", b.pointwise("le", x, threshold),
+                                                                   value, x)  # NaN stays NaN
 
 
 # -- reductions -------------------------------------------------------------------------------------

@@ -47,8 +47,9 @@ def _binary(function: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callabl
         x, y = (v if isinstance(v, tl.tensor) else tl.full((), v, tl.float32) for v in (x, y))
         with np.errstate(all="ignore"):
             result = function(x.handle.data, y.handle.data)
-        like = x if x.handle.data.ndim >= y.handle.data.ndim else y
-        return tl.tensor(TensorHandle(np.asarray(result).astype(x.handle.data.dtype, copy=False),
+        # The result has the block type of whichever operand is a block (a literal operand is a scalar).
+        like = y if y.type.is_block() and not x.type.is_block() else x
+        return tl.tensor(TensorHandle(np.asarray(result).astype(like.handle.data.dtype, copy=False),
                                       like.handle.dtype.scalar if hasattr(like.handle.dtype, "scalar")
                                       else like.handle.dtype), like.type)
     return apply
@@ -91,17 +92,27 @@ def _interpret_switch(on: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def interpreted_standard_library() -> Iterator[None]:
     """While an interpreted kernel runs, Triton's own @jit helpers must be interpreted too."""
-    saved = []
-    for module in (tl, tl_standard, tl_math, tl_core):
-        for name, value in list(vars(module).items()):
-            if isinstance(value, JITFunction):
-                saved.append((module, name, value))
-                setattr(module, name, InterpretedFunction(value.fn))
+    swaps = _standard_library_swaps()
+    for module, name, _, interpreted in swaps:
+        setattr(module, name, interpreted)
     try:
         yield
     finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
+        for module, name, original, _ in swaps:
+            setattr(module, name, original)
+
+
+_SWAPS: list[tuple[Any, str, Any, Any]] = []
+
+
+def _standard_library_swaps() -> list[tuple[Any, str, Any, Any]]:
+    """(module, name, JIT function, its interpreted twin), built once: wrapping them costs milliseconds."""
+    if not _SWAPS:
+        for module in (tl, tl_standard, tl_math, tl_core):
+            for name, value in list(vars(module).items()):
+                if isinstance(value, JITFunction):
+                    _SWAPS.append((module, name, value, InterpretedFunction(value.fn)))
+    return _SWAPS
 
 
 def build_module(source: str, filename: str, interpret: bool) -> dict[str, Any]:
