@@ -42,10 +42,11 @@ class KernelHandle:
             with interpreted_standard_library():
                 self._run(backend, config, shape, args)
         else:
-            config = self.tuned.get(shape)
-            if config is None:  # chosen once per shape: the heuristic, or the autotuner's measurement
-                config = self._tune(shape, args) if self.autotune else choose(shape, backend)
-                self.tuned[shape] = config
+            known = self.tuned.get(shape)
+            if known is None:  # chosen once per shape: the heuristic, or the autotuner's measurement
+                known = self._tune(shape, args) if self.autotune else choose(shape, backend)
+                self.tuned[shape] = known
+            config = known
             with torch.cuda.device(device):
                 compiled = self._run(backend, config, shape, args)
             if self.compiled is None:
