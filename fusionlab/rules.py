@@ -477,3 +477,24 @@ RULES[aten.select] = _select
 RULES[aten.split] = _split
 RULES[aten.split_with_sizes] = _split
 RULES[aten.unbind] = _unbind
+
+
+def _cat(b: Builder, tensors: Sequence[Any], dim: int = 0) -> Ref:
+    """Concatenation in a kernel: each output element reads the input whose slice holds it."""
+    expected = b.expected
+    refs = [t for t in tensors if isinstance(t, Ref) and b.type_of(t).numel != 0]
+    if len(refs) != len(tensors) or not refs:
+        raise RuleNotApplicable("cat of empty or non-tensor inputs")
+    rank = expected.rank
+    dim = dim % rank
+    sizes = []
+    for ref in refs:
+        size = b.type_of(ref).shape[dim]
+        if not isinstance(size, int) and not getattr(size, "is_number", False):
+            raise RuleNotApplicable("a concatenation along a symbolic dimension")
+        sizes.append(int(size))
+    refs = [b.cast(r, expected.dtype) for r in refs]
+    return b._add("pointwise", "cat", tuple(refs), expected, {"dim": dim, "sizes": tuple(sizes)})
+
+
+RULES[aten.cat] = _cat

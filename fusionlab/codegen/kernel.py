@@ -68,7 +68,16 @@ TRITON_DTYPES = {
     torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
 }
 
-IndexMap = tuple  # tuple[int | None, ...]: for each dimension of a value, the domain dimension it follows
+# For each dimension of a value: the domain dimension it follows, None (broadcast), or a Shift (a slice of a
+# concatenation: domain index minus `offset`, valid for `length` elements).
+IndexMap = tuple
+
+
+@dataclass(frozen=True)
+class Shift:
+    dim: int
+    offset: str  # a kernel argument (sizes are never baked into source)
+    length: str
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,7 @@ class KernelArgument:
     """One kernel parameter and where the wrapper finds its value."""
 
     name: str
-    role: str  # "input" | "output" | "size" | "stride" | "numel"
+    role: str  # "input" | "output" | "size" | "stride" | "numel" | "scalar" (an integer given by `expr`)
     value: str = ""  # the graph value (input/output/stride) it belongs to
     dim: int = -1
     expr: str = ""  # for sizes: the sympy expression, printed
@@ -237,8 +246,18 @@ class KernelWriter:
             if dim is None:
                 continue
             stride = self._argument(f"stride_{value}_{position}", "stride", value, position)
-            terms.append(f"{self.dim_expr(dim)} * {stride}")
+            terms.append(f"{self.entry_expr(dim)} * {stride}")
         return " + ".join(terms) or "0"
+
+    def entry_expr(self, entry: int | Shift) -> str:
+        if isinstance(entry, Shift):
+            return f"({self.dim_expr(entry.dim)} - {entry.offset})"
+        return self.dim_expr(entry)
+
+    def guards(self, index_map: IndexMap) -> list[str]:
+        """Range conditions of the concatenation slices a load reads (so no other slice's index is read)."""
+        return [f"({self.dim_expr(e.dim)} >= {e.offset}) & ({self.dim_expr(e.dim)} < {e.offset} + {e.length})"
+                for e in index_map if isinstance(e, Shift)]
 
     def mask_for(self, expr: str) -> str | None:
         has_x = "xindex" in expr or any(f"d{d}" in expr for d in self.layout.outer)
@@ -276,6 +295,9 @@ class KernelWriter:
         pointer = self._argument(f"in_{node.name}", "input", node.name)
         offset = self.offset(node.name, index_map, node.name in self.contiguous)
         mask = self.mask_for(offset)
+        guards = self.guards(index_map)
+        if guards:
+            mask = " & ".join(([mask] if mask else []) + guards)
         dtype = node.type.dtype
         load = f"tl.load({pointer} + {offset}" + (f", mask={mask}, other=0)" if mask else ")")
         if mask is None:
@@ -294,7 +316,28 @@ class KernelWriter:
         carried = [m for m, size in zip(index_map, node.type.shape) if size != 1]
         return tuple(None if size == 1 else carried.pop(0) for size in source)
 
+    def _concatenate(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+        """cat along `dim`: each input is read at the domain index shifted by the sizes before it."""
+        dim = int(node.param("dim"))
+        entry = index_map[dim]
+        base = entry.offset if isinstance(entry, Shift) else "0"
+        domain_dim = entry.dim if isinstance(entry, Shift) else entry
+        assert domain_dim is not None, "a concatenation along a broadcast dimension"
+        pieces, start = [], base
+        for index, (value, size) in enumerate(zip(node.inputs, node.param("sizes"))):
+            length = self._argument(f"cat_{node.name}_{index}", "scalar", expr=str(size))
+            shifted = tuple(Shift(domain_dim, start, length) if d == dim else e for d, e in enumerate(index_map))
+            end = f"{start} + {length}" if start != "0" else length
+            pieces.append((end, self.emit(value, shifted, scope)))
+            start = f"({end})"
+        expr = pieces[-1][1]
+        for end, value in reversed(pieces[:-1]):
+            expr = f"tl.where({self.dim_expr(domain_dim)} < {end}, {value}, {expr})"
+        return expr
+
     def _pointwise(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+        if node.op == "cat":
+            return self._concatenate(node, index_map, scope)
         dtype = compute_dtype(node.type.dtype)
         operand_dtype = node.type.dtype
         refs = [a for a in node.args if isinstance(a, Ref)]
@@ -473,7 +516,8 @@ class KernelWriter:
         return lines
 
     def _assemble(self) -> KernelSource:
-        ordered = sorted(self.arguments.values(), key=lambda a: ["input", "output", "size", "stride"].index(a.role))
+        ordered = sorted(self.arguments.values(),
+                         key=lambda a: ["input", "output", "size", "stride", "scalar"].index(a.role))
         numels = ["xnumel", "rnumel"] if self.two_d else ["xnumel"]
         constexprs = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.two_d else [])
         params = [a.name for a in ordered] + numels + constexprs

@@ -113,6 +113,8 @@ class ProgramWriter:
                 args.append(render_dim(group.domain.shape[argument.dim]))  # type: ignore[union-attr]
             elif argument.role == "stride":
                 args.append(f"{self.var(argument.value)}.stride({argument.dim})")
+            elif argument.role == "scalar":
+                args.append(str(int(argument.expr)))
         domain = group.domain
         assert domain is not None
         axes = domain.axes if domain.is_reduction else ((len(domain.shape) - 1,) if source.kind == "tiled" else ())
