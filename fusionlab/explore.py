@@ -165,12 +165,12 @@ class Exploration:
 
         return benchmark(self, **options)
 
-    def inductor(self) -> Any:
+    def inductor(self, cpu_backend: str = "cpp") -> Any:
         """TorchInductor's kernels and fusion decisions for the same function (see fusionlab.inductor)."""
         from fusionlab.inductor import inductor_view
 
-        names = tuple(node.name for node in self.captured.aten_nodes)
-        return inductor_view(self.fn, self.example_args, captured_node_names=names)
+        return inductor_view(self.fn, self.example_args, captured_node_names=self.captured.aten_nodes,
+                             cpu_backend=cpu_backend)  # type: ignore[arg-type]
 
     def show(self) -> Any:
         """The Explorer widget: graph, groups, sources and timings, linked."""
