@@ -105,7 +105,7 @@ class Exploration:
         from fusionlab.codegen.program import KERNEL_PREAMBLE
 
         handles = tuple(KernelHandle(k.name, k.kind, KERNEL_PREAMBLE + "\n\n" + k.source, k.persistent,
-                                     autotune=self.autotune) for k in generated.kernels)
+                                     heavy=k.heavy, autotune=self.autotune) for k in generated.kernels)
         namespace: dict[str, Any] = {"torch": torch, "empty": empty, "triton": triton}
         namespace.update(generated.program.namespace_constants)
         for handle in handles:

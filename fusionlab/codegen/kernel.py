@@ -24,6 +24,9 @@ from fusionlab.names import Namer, comment
 from fusionlab.primitives import INTEGER_OVERRIDES, POINTWISE
 
 PERSISTENT_LIMIT = 16384
+HEAVY_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "erf", "erfinv", "tanh", "sigmoid",
+                       "pow", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+                       "atan2"})
 
 # The head of every kernel module: combine functions for tl.reduce. Max/min reductions let NaN win and argmax/
 # argmin take the first NaN, else the first extreme value, as PyTorch does (tl.max and tl.argmax ignore NaN).
@@ -100,6 +103,7 @@ class KernelSource:
     arguments: tuple[KernelArgument, ...]
     persistent: bool
     domain: Domain
+    heavy: int = 0  # special-function ops and extra stores per element: more warps hide their latency
 
     @property
     def constexprs(self) -> tuple[str, ...]:
@@ -540,8 +544,12 @@ class KernelWriter:
         lines += [f"    {line}" for line in self.dim_lines.values()]
         lines += self.top.lines
         arguments = tuple(ordered) + tuple(KernelArgument(n, "numel") for n in numels)
+        heavy = sum(1 for n in self.group.nodes if self.graph[n].op in HEAVY_OPS
+                    and alignment(self.graph[n].type.shape, self.domain) == "full")
+        heavy += max(0, sum(1 for o in self.group.outputs
+                            if alignment(self.graph[o].type.shape, self.domain) == "full") - 1)
         kind = "tiled" if self.tiled else self.group.kind
         if self.reduction and not self._trailing_axes():
             kind = "outer_reduction"
         return KernelSource(self.name, self.group.name, kind, "\n".join(lines) + "\n", arguments,
-                            self.persistent, self.domain)
+                            self.persistent, self.domain, heavy)

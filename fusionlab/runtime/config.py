@@ -17,6 +17,7 @@ class KernelShape:
     xnumel: int
     rnumel: int
     persistent: bool
+    heavy: int = 0  # special-function ops and extra full-size stores per element
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,10 @@ def _cuda(shape: KernelShape) -> LaunchConfig:
         # Enough rows per program to give each warp work, without spilling the row out of registers.
         xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), 2048 // rblock))
         elements = xblock * rblock
-        warps = 16 if elements >= 8192 else 8 if elements >= 2048 else 4 if elements >= 512 else 2
+        # Measured on an H200 (docs/PERFORMANCE.md): at 8192 elements a row with special functions (softmax's exp)
+        # or two outputs wants 16 warps to hide latency; a plain normalisation is faster with 8.
+        large = 16 if shape.heavy else 8
+        warps = large if elements >= 8192 else 8 if elements >= 2048 else 4 if elements >= 512 else 2
         return LaunchConfig(xblock, rblock, warps)
     return LaunchConfig(1, 2048, 8)
 

@@ -19,6 +19,7 @@ class KernelHandle:
     kind: str
     source: str
     persistent: bool
+    heavy: int = 0
     modules: dict[str, dict[str, Any]] = field(default_factory=dict)
     compiled: Any = None  # the CompiledKernel of the first CUDA launch (asm stages)
     last_config: LaunchConfig | None = None
@@ -35,7 +36,7 @@ class KernelHandle:
     def launch(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
         backend = "cuda" if device.type == "cuda" else "interpreter"
-        shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent)
+        shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy)
         self.backends_used.add(backend)
         if backend == "interpreter":
             config = choose(shape, backend)
