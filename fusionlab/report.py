@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from fusionlab.display.graph import draw_graph
-from fusionlab.display.links import inductor_kernels_of, kernel_of_group, wrapper_sections
+from fusionlab.display.links import inductor_kernels_of, kernel_body, kernel_of_group, wrapper_sections
 from fusionlab.display.plots import CPU_NOTE, figure_svg, kernel_figure, roofline_figure, timing_figure
 from fusionlab.display.render import graph_html, render_svg
 from fusionlab.display.session import load_inductor
@@ -159,7 +159,8 @@ def _sources(ex: Any, generated: Any, view: Any) -> str:
         else:
             kernels = inductor_kernels_of(group, view)
             theirs = "".join(source_panel(f"TorchInductor: {k.name} ({k.language}; aten: {', '.join(k.aten_ops)})",
-                                          k.source, "cpp" if k.language == "cpp" else "python", max_height="520px")
+                                          kernel_body(k.source) if k.language == "triton" else k.source,
+                                          "cpp" if k.language == "cpp" else "python", max_height="520px")
                              for k in kernels) or _note("no Inductor kernel lists these aten nodes")
         summary = (f"{group.name}: {group.kind}; aten nodes {', '.join(group.origins)}; reads "
                    f"{group.bytes_read:,} B, writes {group.bytes_written:,} B")

@@ -19,7 +19,8 @@ from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.names import comment
 from fusionlab.stages import Fused, Generated
 
-__all__ = ["extern_calls", "find_group", "inductor_kernels_of", "kernel_of_group", "wrapper_sections"]
+__all__ = ["extern_calls", "find_group", "inductor_kernels_of", "kernel_body", "kernel_of_group",
+           "wrapper_sections"]
 
 
 def find_group(fused: Fused, name: str | None) -> FusionGroup | None:
@@ -110,3 +111,10 @@ def node_names(names: Sequence[str]) -> str:
     """A short, comma-separated list (the first eight, then a count)."""
     shown = ", ".join(names[:8])
     return shown + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
+
+
+def kernel_body(source: str) -> str:
+    """A Triton kernel from its decorators on, without the module preamble (imports, helpers) around it."""
+    lines = source.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("@")), 0)
+    return "\n".join(lines[start:]).rstrip() + "\n"

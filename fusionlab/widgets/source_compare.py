@@ -16,7 +16,14 @@ import ipywidgets
 import traitlets
 
 from fusionlab.display import style
-from fusionlab.display.links import extern_calls, find_group, inductor_kernels_of, kernel_of_group, wrapper_sections
+from fusionlab.display.links import (
+    extern_calls,
+    find_group,
+    inductor_kernels_of,
+    kernel_body,
+    kernel_of_group,
+    wrapper_sections,
+)
 from fusionlab.display.source import diff_html, source_panel
 from fusionlab.stages import Generated
 from fusionlab.widgets.base import StaticFallback
@@ -95,8 +102,8 @@ class SourceCompare(StaticFallback, ipywidgets.VBox):
             return ("TorchInductor", "", "text", f"no Inductor kernel lists the aten nodes {nodes}: "
                     "Inductor may have turned them into views or folded them elsewhere")
         language = "cpp" if kernels[0].language == "cpp" else "python"
-        parts = [f"# ---- {k.name} ({k.language}; aten: {', '.join(k.aten_ops)})\n{k.source.rstrip()}"
-                 for k in kernels]
+        parts = [f"# ---- {k.name} ({k.language}; aten: {', '.join(k.aten_ops)})\n"
+                 f"{kernel_body(k.source) if k.language == 'triton' else k.source.rstrip()}" for k in kernels]
         state = "generated, not run" if getattr(self.inductor, "generated_only", False) else "compiled and run"
         names = ", ".join(k.name for k in kernels)
         return f"TorchInductor: {names}", "\n\n".join(parts) + "\n", language, f"Inductor on " \

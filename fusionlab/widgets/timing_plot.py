@@ -17,7 +17,6 @@ from typing import Any
 
 import ipywidgets
 import traitlets
-from IPython.display import Image, display
 
 from fusionlab.display import style
 from fusionlab.display.plots import CPU_NOTE, figure_png, kernel_figure, roofline_figure, timing_figure
@@ -107,10 +106,11 @@ class TimingPlot(StaticFallback, ipywidgets.VBox):
 
     def redraw(self) -> None:
         self._last_draw = time.perf_counter()
-        png = figure_png(self.figure())
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(Image(data=png, format="png"))
+        png = base64.b64encode(figure_png(self.figure())).decode("ascii")
+        # Replacing the Output widget's outputs (a synced trait) redraws in the page at once, inside a running
+        # cell, and works the same outside a kernel (tests, scripts).
+        self.output.outputs = ({"output_type": "display_data", "metadata": {},
+                                "data": {"image/png": png, "text/plain": f"<timing chart: {self.view}>"}},)
         on_cpu = any(getattr(r, "timing", "") == "modelled" for r in self.rows) and not any(
             getattr(r, "device", "").startswith("cuda") for r in self.rows)
         self.note.value = f"<div style='{style.NOTE_STYLE}'>{html.escape(CPU_NOTE)}</div>" if on_cpu else ""

@@ -1,0 +1,266 @@
+"""fusionlab.widgets without a browser: set state as the front end would, check that the other views follow."""
+
+from __future__ import annotations
+
+import html
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+import fusionlab as fl
+from fusionlab.display import render as render_module
+from fusionlab.inductor_records import InductorKernel, InductorView
+from fusionlab.widgets import Explorer, GraphView, SourceCompare, StageStepper, StageView, TimingPlot, stage_widget
+from fusionlab.widgets.base import frontend_path
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def block(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    normed = torch.nn.functional.layer_norm(x, (x.shape[-1],))
+    return torch.nn.functional.gelu(normed @ weight + bias)
+
+
+@pytest.fixture(scope="module")
+def ex() -> fl.Exploration:
+    return fl.explore(block, torch.randn(8, 32), torch.randn(32, 16), torch.randn(16))
+
+
+def fake_inductor(ex: fl.Exploration) -> InductorView:
+    """Two Triton kernels over the same aten nodes as our two groups, and the matmul as an extern call."""
+    kernels = (
+        InductorKernel("triton_per_fused_native_layer_norm_0", "def triton_per_fused_native_layer_norm_0():\n"
+                       "    pass  # layer norm\n", "triton", ("native_layer_norm",), ("native_layer_norm",), 0.001, 0),
+        InductorKernel("extern_mm_0", "extern_kernels.mm(buf0, arg1_1, out=buf1)", "extern", ("mm",), ("mm",),
+                       None, None),
+        InductorKernel("triton_poi_fused_add_gelu_1", "def triton_poi_fused_add_gelu_1():\n    pass  # gelu\n",
+                       "triton", ("add", "gelu"), ("add", "gelu"), 0.001, 0),
+    )
+    return InductorView(kernels, (), "def call(args):\n    pass\n", "cpu", 3, True)
+
+
+def text(markup: str) -> str:
+    """What a reader sees: the markup without its tags (highlighting splits tokens into spans)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def bundle_of(widget: object) -> dict[str, object]:
+    result = widget._repr_mimebundle_()  # type: ignore[attr-defined]
+    data = result[0] if isinstance(result, tuple) else result
+    return dict(data)
+
+
+# ---- GraphView ----------------------------------------------------------------------------------------
+
+
+def test_graph_view_front_end_selection_and_fallback(ex: fl.Exploration) -> None:
+    view = GraphView(ex.fused)
+    assert view.svg.startswith("<svg") and "digraph fusionlab" in view.dot
+    assert sorted(n for i, n in view.names.items() if i.startswith("cluster_")) == sorted(
+        g.name for g in ex.fused.kernels)
+    seen: list[str] = []
+    view.observe(lambda change: seen.append(change["new"]), names="selected")
+    view.set_state({"selected": "erf"})
+    assert view.selected == "erf" and seen == ["erf"]
+    bundle = bundle_of(view)
+    assert WIDGET_MIME in bundle and "<svg" in str(bundle["text/html"])
+    assert 'stroke="#f59e0b"' in str(bundle["text/html"])  # the static fallback shows the selection too
+
+
+def test_graph_view_replays_steps_and_levels(ex: fl.Exploration) -> None:
+    view = GraphView(ex.fused)
+    final = view.svg
+    view.step = -1
+    assert view.svg != final and view.step == -1
+    view.level = "captured"
+    assert "native_layer_norm" in view.names.values()
+
+
+def test_graph_view_without_dot_shows_how_to_install(monkeypatch: pytest.MonkeyPatch, ex: fl.Exploration) -> None:
+    monkeypatch.setattr(render_module, "find_dot", lambda: None)
+    view = GraphView(ex.fused)
+    assert view.svg == "" and "apt-get install graphviz" in view.message and view.dot.startswith("digraph")
+    assert "apt-get install graphviz" in str(bundle_of(view)["text/html"])
+
+
+def test_front_end_files_are_found() -> None:
+    esm = frontend_path("graph_view.js").read_text()
+    assert "export default" in esm and "model.set(\"selected\"" in esm and "save_changes" in esm
+    assert "querySelectorAll(\"script, foreignObject\")" in esm
+    assert frontend_path("graph_view.css").is_file()
+    with pytest.raises(FileNotFoundError, match="reinstall"):
+        frontend_path("missing.js")
+
+
+# ---- the Explorer: a click in the graph moves every other view -----------------------------------------
+
+
+def test_explorer_follows_a_click_in_the_graph(ex: fl.Exploration) -> None:
+    explorer = Explorer(ex, inductor=fake_inductor(ex), verify=False)
+    first, last = ex.fused.kernels[0], ex.fused.kernels[-1]
+    assert explorer.source.group == first.name
+    left, right, groups = explorer.source.left.value, explorer.source.right.value, explorer.groups.value
+    assert "layer norm" in right
+
+    explorer.graph.set_state({"selected": "erf"})  # what a click on the node `erf` sends
+    assert explorer.source.group == last.name
+    assert explorer.source.left.value != left and "tl.erf" in text(explorer.source.left.value)
+    assert explorer.source.right.value != right and "# gelu" in text(explorer.source.right.value)
+    assert explorer.groups.value != groups
+    assert re.findall(r"<tr data-row='(\d+)'><td style='[^']*#fef9c3", explorer.groups.value) == [
+        str(ex.fused.groups.index(last))]
+    assert "selected: erf" in explorer.selection.value
+
+    explorer.graph.set_state({"selected": first.name})  # a click on a cluster sends the group's name
+    assert explorer.source.group == first.name and explorer.source.picker.value == first.name
+
+
+def test_explorer_group_picker_moves_the_graph_selection(ex: fl.Exploration) -> None:
+    explorer = Explorer(ex, inductor=False, verify=False)
+    extern = next(g for g in ex.fused.groups if g.kind == "extern")
+    explorer.source.picker.value = extern.name
+    assert explorer.graph.selected == extern.name
+    assert "# extern:" in text(explorer.source.left.value)
+    assert "not loaded" in explorer.source.right.value
+
+
+def test_explorer_input_selection_keeps_sources(ex: fl.Exploration) -> None:
+    explorer = Explorer(ex, inductor=False, verify=False)
+    group = explorer.source.group
+    explorer.graph.set_state({"selected": "x"})
+    assert explorer.source.group == group and "graph input" in explorer.selection.value
+
+
+def test_explorer_stepper_drives_the_graph_and_the_decisions(ex: fl.Exploration) -> None:
+    explorer = Explorer(ex, inductor=False, verify=True)
+    assert "VerifyReport(ok=True" in explorer.title.value
+    svg, decisions = explorer.graph.svg, explorer.decisions.value
+    explorer.stepper.slider.value = 0  # as the slider (or the play button) in the page would
+    assert explorer.stepper.step == 0 and explorer.graph.step == 0
+    assert explorer.graph.svg != svg and explorer.decisions.value != decisions
+    assert "decision 1 of" in explorer.stepper.card.value
+    explorer.stepper.stage_slider.value = "captured"
+    assert explorer.graph.level == "captured" and explorer.stepper.slider.disabled
+    assert "aten.native_layer_norm" in text(explorer.stepper.text.value)
+    explorer.stepper.stage = "generated"
+    assert explorer.graph.step is None and "@triton.jit" in text(explorer.stepper.text.value)
+
+
+def test_explorer_static_fallback(ex: fl.Exploration) -> None:
+    explorer = Explorer(ex, inductor=fake_inductor(ex), verify=False)
+    bundle = bundle_of(explorer)
+    assert WIDGET_MIME in bundle
+    page = str(bundle["text/html"])
+    assert "<svg" in page and "triton_per_fused_native_layer_norm_0" in page and "decisions" in page
+
+
+def test_explorer_says_why_inductor_is_missing(monkeypatch: pytest.MonkeyPatch, ex: fl.Exploration) -> None:
+    import fusionlab.display.session as session
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(session, "inductor_for", fail)
+    explorer = Explorer(ex, inductor=True, verify=False)
+    assert "no compiler" in explorer.source.right.value and "no compiler" in explorer.inductor_tables.value
+
+
+def test_explorer_with_the_real_inductor(ex: fl.Exploration) -> None:
+    explorer = Explorer(ex, verify=False)
+    assert getattr(explorer.inductor, "kernels", None), explorer.inductor
+    explorer.graph.set_state({"selected": "erf"})
+    assert "TorchInductor:" in explorer.source.right.value and "gelu" in text(explorer.source.right.value)
+
+
+# ---- SourceCompare, StageStepper, TimingPlot, stage widgets -------------------------------------------
+
+
+def test_source_compare_modes(ex: fl.Exploration) -> None:
+    compare = SourceCompare(ex.generated, inductor=fake_inductor(ex))
+    assert compare.select("gelu") and compare.group == ex.fused.kernels[-1].name
+    assert not compare.select("no_such_node")
+    compare.mode = "diff"
+    assert compare.body.children == (compare.single,) and "added" in compare.single.value
+    compare.mode = "wrappers"
+    assert "fusionlab_program" in text(compare.left.value) and "def call" in text(compare.right.value)
+    compare.modes.value = "extern calls"  # the toggle buttons, as clicked
+    assert compare.mode == "extern calls"
+    assert "# extern:" in text(compare.left.value) and "extern_kernels.mm" in text(compare.right.value)
+
+
+def test_stage_stepper_from_a_fused_stage(ex: fl.Exploration) -> None:
+    stepper = StageStepper(ex.fused)
+    assert list(stepper.stage_slider.options) == ["captured", "decomposed", "fused"]
+    stepper.step = -1
+    assert "Before any decision" in stepper.card.value
+    assert WIDGET_MIME in bundle_of(stepper)
+
+
+def _row(variant: str, kernel: str, ms: float, timing: str, device: str) -> SimpleNamespace:
+    return SimpleNamespace(variant=variant, kernel=kernel, median_ms=ms, timing=timing, device=device,
+                           achieved_gbps=1.0, pct_of_copy_bw=0.1, launches=1, bytes=100)
+
+
+def test_timing_plot_redraws_as_rows_stream_in() -> None:
+    plot = TimingPlot(min_interval=0.0)
+    assert plot.button.disabled and plot.static_png() is None
+    assert "no timings yet" in plot.static_html()
+    plot.add_row(_row("eager", "", 0.05, "measured", "cpu"))
+    plot.add_row(_row("fusionlab", "", 0.003, "modelled", "H200"))
+    plot.add_row(_row("fusionlab", "k0", 0.003, "modelled", "H200"))
+    assert plot.rows_seen == 3 and len(plot.output.outputs) == 1
+    assert plot.output.outputs[0]["data"]["image/png"]
+    assert "modelled" in plot.note.value and "interpreter" in plot.note.value
+    plot.views.value = "roofline"
+    assert plot.view == "roofline"
+    bundle = bundle_of(plot)
+    assert WIDGET_MIME in bundle and "image/png" in bundle and "data:image/png;base64" in str(bundle["text/html"])
+    with pytest.raises(ValueError, match="no exploration"):
+        plot.run()
+
+
+def test_timing_plot_runs_the_benchmark(ex: fl.Exploration) -> None:
+    plot = TimingPlot(ex)
+    report = plot.run(repeat=3)
+    assert plot.rows == list(report.rows) and plot.report is report
+    assert "BenchReport" in plot.status.value
+
+
+def test_every_stage_has_a_widget(ex: fl.Exploration) -> None:
+    kinds = [(ex.captured, StageView), (ex.decomposed, StageView), (ex.fused, StageStepper),
+             (ex.generated, SourceCompare), (ex.compiled, StageView)]
+    for stage, kind in kinds:
+        widget = stage.show()
+        assert isinstance(widget, kind)
+        assert WIDGET_MIME in bundle_of(widget) and bundle_of(widget)["text/html"]
+    with pytest.raises(TypeError, match="stage object"):
+        stage_widget(object())
+
+
+# ---- safety: names from user code are text everywhere --------------------------------------------------
+
+
+class Scripted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_parameter("<script>", nn.Parameter(torch.randn(32)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * getattr(self, "<script>"), dim=-1) @ torch.ones(32, 4)
+
+
+def test_user_names_are_escaped_in_every_widget() -> None:
+    ex = fl.explore(Scripted(), torch.randn(4, 32))
+    explorer = Explorer(ex, inductor=False, verify=False)
+    explorer.stepper.stage = "captured"
+    views = [explorer.title, explorer.selection, explorer.groups, explorer.decisions, explorer.edges,
+             explorer.stepper.card, explorer.stepper.text, explorer.source.left, explorer.source.right]
+    for widget in views:
+        assert "<script" not in widget.value, widget
+    assert "<script>" in text(explorer.stepper.text.value)  # shown, as text
+    assert "<script" not in explorer.graph.svg and "<script" not in str(bundle_of(explorer)["text/html"])
+    for stage in (ex.captured, ex.decomposed, ex.fused, ex.generated):
+        assert "<script" not in str(bundle_of(stage.show())["text/html"])
