@@ -97,7 +97,8 @@ def timing_figure(rows: Sequence[Any], recorded: Sequence[Mapping[str, Any]] = (
     figure = Figure(figsize=(width, 0.6 + 1.15 * max(1, len(panels))), layout="constrained")
     if not panels:
         axes = figure.add_subplot()
-        axes.text(0.5, 0.5, "no timings yet: press \"run benchmark\" (or call .run())", ha="center", va="center", color="#6b7280")
+        axes.text(0.5, 0.5, "no timings yet: press \"run benchmark\" (or call .run())", ha="center",
+                  va="center", color="#6b7280")
         axes.set_axis_off()
         return figure
     grid = figure.subplots(len(panels), 1, squeeze=False)
