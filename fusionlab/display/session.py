@@ -11,7 +11,6 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from fusionlab.inductor import inductor_view
 from fusionlab.inductor_records import InductorView
 
 __all__ = ["inductor_for", "load_inductor"]
@@ -23,10 +22,7 @@ def inductor_for(exploration: Any, cpu_backend: str = "triton") -> InductorView:
     """Inductor's kernels and decisions for `exploration`'s function (Triton source on a CPU by default)."""
     cached = _VIEWS.setdefault(exploration, {})
     if cpu_backend not in cached:
-        backend = "triton" if cpu_backend == "triton" else "cpp"
-        cached[cpu_backend] = inductor_view(exploration.fn, tuple(exploration.example_inputs),
-                                            captured_node_names=exploration.captured.aten_nodes,
-                                            cpu_backend=backend)  # type: ignore[arg-type]
+        cached[cpu_backend] = exploration.inductor(cpu_backend="triton" if cpu_backend == "triton" else "cpp")
     return cached[cpu_backend]
 
 
