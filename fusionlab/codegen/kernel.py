@@ -303,7 +303,8 @@ class KernelWriter:
         if guards:
             mask = " & ".join(([mask] if mask else []) + guards)
         dtype = node.type.dtype
-        load = f"tl.load({pointer} + {offset}" + (f", mask={mask}, other=0)" if mask else ")")
+        load = f"tl.load({pointer} + {offset}" + (f", mask={mask}, other=0" if mask else "")
+        load += self._eviction(index_map) + ")"
         if mask is None:
             # One element for the whole block: make it a block, as Triton's scalars and blocks mix unevenly
             # (the interpreter cannot `&` a scalar comparison with a block one).
@@ -311,6 +312,15 @@ class KernelWriter:
         if compute_dtype(dtype) != dtype:
             load += f".to({TRITON_DTYPES[compute_dtype(dtype)]})"
         return load
+
+    def _eviction(self, index_map: IndexMap) -> str:
+        """Cache hints: a full-size operand is streamed once (evict first); a broadcast one (a bias, a weight, a
+        row statistic) is read again by other programs (evict last). Looped reductions re-read their rows: no hint."""
+        if self.reduction and not self.persistent:
+            return ""
+        used = {e.dim if isinstance(e, Shift) else e for e in index_map if e is not None}
+        full = {d for d in range(len(self.domain.shape)) if self.domain.shape[d] != 1}
+        return ', eviction_policy="evict_first"' if used == full else ', eviction_policy="evict_last"'
 
     def _view_map(self, node: Node, index_map: IndexMap) -> IndexMap:
         source = self.graph[node.inputs[0]].type.shape

@@ -57,9 +57,12 @@ def _cuda(shape: KernelShape) -> LaunchConfig:
     if shape.kind == "tiled":
         return _tiled(shape, 4096, 1024)
     if shape.kind == "outer_reduction":
-        # Wide along the contiguous outer dimension (coalesced), a few reduced rows per step.
-        xblock = min(128, triton.next_power_of_2(max(shape.xnumel, 1)))
-        return LaunchConfig(xblock, min(32, triton.next_power_of_2(max(shape.rnumel, 1))), 4)
+        # Wide enough along the contiguous outer dimension to read whole 32-byte sectors, narrow enough to give
+        # the GPU ~512 programs (an 8192-column sum has only 64 programs at XBLOCK=128 and reaches 20%).
+        xblock = max(16, min(128, triton.next_power_of_2(triton.cdiv(max(shape.xnumel, 1), 512))))
+        xblock = min(xblock, triton.next_power_of_2(max(shape.xnumel, 1)))
+        rblock = max(16, min(128, 2048 // xblock, triton.next_power_of_2(max(shape.rnumel, 1))))
+        return LaunchConfig(xblock, rblock, 4)
     if shape.kind == "pointwise":
         xblock = min(1024, triton.next_power_of_2(max(shape.xnumel, 1)))
         return LaunchConfig(xblock, 1, 4 if xblock >= 512 else max(1, xblock // 128))
@@ -104,7 +107,7 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
                 if warps * 32 <= rows * rblock:
                     found.append(LaunchConfig(rows, rblock, warps))
     elif shape.kind == "outer_reduction":
-        for xblock, rblock in ((64, 64), (128, 32), (256, 16), (128, 64), (32, 128)):
+        for xblock, rblock in ((16, 128), (32, 64), (64, 64), (128, 32), (16, 256), (32, 128)):
             for warps in (4, 8):
                 found.append(LaunchConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), rblock, warps))
     else:
