@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -93,6 +94,16 @@ def test_front_end_files_are_found() -> None:
     assert frontend_path("graph_view.css").is_file()
     with pytest.raises(FileNotFoundError, match="reinstall"):
         frontend_path("missing.js")
+
+
+def test_front_end_comes_from_the_wheel_when_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fusionlab.widgets.base as base
+
+    installed = tmp_path / "fusionlab"
+    (installed / "_widgets_frontend").mkdir(parents=True)
+    (installed / "_widgets_frontend" / "graph_view.js").write_text("export default {};")
+    monkeypatch.setattr(base, "_PACKAGE", installed)
+    assert frontend_path("graph_view.js") == installed / "_widgets_frontend" / "graph_view.js"
 
 
 # ---- the Explorer: a click in the graph moves every other view -----------------------------------------

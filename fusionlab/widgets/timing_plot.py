@@ -5,7 +5,8 @@ Rows stream in through `benchmark(callback=...)`; each redraws a matplotlib figu
 fusionlab figures are modelled on a GPU profile and recorded GPU runs are shown beside them, each labelled.
 
     >>> plot = TimingPlot(ex)
-    >>> plot.run()             # or TimingPlot(report=ex.benchmark())
+    >>> plot.show()            # displays it (and lets run() refresh the static copy a saved notebook keeps)
+    >>> report = plot.run()    # or TimingPlot(report=ex.benchmark())
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class TimingPlot(StaticFallback, ipywidgets.VBox):
         self.recorded: tuple[dict[str, str], ...] = tuple(report.recorded) if report is not None else ()
         self.min_interval = min_interval
         self._last_draw = 0.0
+        self._display: Any = None
         self.views = ipywidgets.ToggleButtons(options=list(VIEWS), value=VIEWS[0], style={"button_width": "auto"})
         self.button = ipywidgets.Button(description="run benchmark", icon="play",
                                         disabled=exploration is None)
@@ -73,6 +75,14 @@ class TimingPlot(StaticFallback, ipywidgets.VBox):
         self.recorded = tuple(report.recorded)
         self.rows_seen = len(self.rows)
         self.redraw()
+        if self._display is not None:  # the saved notebook's static copy gets the final charts
+            self._display.update(self)
+
+    def show(self) -> None:
+        """Display the plot in the notebook; a later `run()` also refreshes its static copy."""
+        from IPython.display import display
+
+        self._display = display(self, display_id=True)
 
     def run(self, **options: Any) -> Any:
         """Run `exploration.benchmark(...)`, drawing as rows arrive; returns the BenchReport."""
