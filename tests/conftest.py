@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from typing import Any
 
@@ -16,6 +17,16 @@ def device(request: pytest.FixtureRequest) -> str:
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device here")
     return str(request.param)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden/*.py from the current code generator (then review the diff)")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden")) or os.environ.get("FUSIONLAB_UPDATE_GOLDEN") == "1"
 
 
 @pytest.fixture(autouse=True)

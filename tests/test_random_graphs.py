@@ -146,7 +146,7 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return True
 
 
-@settings(max_examples=80, deadline=None, derandomize=True, database=None,
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(random_graphs())
 def test_random_graph_matches_eager(graph: RandomGraph) -> None:

@@ -290,7 +290,9 @@ class KernelWriter:
             return self.emit(node.inputs[0], self._view_map(node, index_map), scope)
         else:
             expr = self._pointwise(node, index_map, scope)
-        variable = self.namer.identifier(value, f"{value}{index_map}{id(scope)}")
+        # A fresh name per emission (scope.cache shares within a scope); not keyed by id(scope): a freed scope's
+        # id is reused, which made names depend on memory addresses.
+        variable = self.namer.identifier(value, f"emitted:{len(self.namer.names)}")
         scope.lines.append(f"{scope.indent}{variable} = {expr}")
         scope.cache[key] = variable
         return variable

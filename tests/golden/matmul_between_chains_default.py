@@ -1,0 +1,49 @@
+@triton.jit
+def pointwise_0_mul_maximum(in_x, out_maximum, xnumel, XBLOCK: tl.constexpr):
+    # primitives: mul, maximum
+    # reads 1024 bytes: x (float32[8, 32])
+    # writes 1024 bytes: maximum (float32[8, 32])
+    # pointwise: one flat pass
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    x = tl.load(in_x + xindex, mask=xmask, other=0, eviction_policy="evict_first")
+    mul = (x * 2.0)
+    maximum = tl.maximum(mul, 0.0, propagate_nan=tl.PropagateNan.ALL)
+    tl.store(out_maximum + xindex, maximum, mask=xmask)
+
+
+@triton.jit
+def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_mm_0, stride_mm_1, stride_b_0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    # primitives: add, mul, erf, mul, add, mul
+    # reads 576 bytes: b (float32[16]), mm (float32[8, 16])
+    # writes 512 bytes: mul_3 (float32[8, 16])
+    # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
+    rmask = rindex < rnumel
+    mask = xmask & rmask
+    d0 = xindex
+    mm = tl.load(in_mm + d0 * stride_mm_0 + rindex * stride_mm_1, mask=mask, other=0, eviction_policy="evict_first")
+    b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0, eviction_policy="evict_last")
+    add = (mm + b)
+    mul_2 = (add * 0.5)
+    mul_1 = (add * 0.7071067811865475)
+    erf = tl.erf(mul_1)
+    add_1 = (erf + 1.0)
+    mul_3 = (mul_2 * add_1)
+    tl.store(out_mul_3 + xindex * rnumel + rindex, mul_3, mask=mask)
+
+
+def fusionlab_program(x, w, b):
+    device = x.device
+    x = x.contiguous()
+    b = b.contiguous()
+    # pointwise_0_mul_maximum: reads x; writes maximum
+    maximum = empty((8, 32), torch.float32, device)
+    launch(pointwise_0_mul_maximum, x, maximum, xnumel=256)
+    mm = const_aten_mm_default(maximum, w)  # extern: aten.mm.default runs eagerly
+    # pointwise_2_add_mul_erf: reads b, mm; writes mul_3
+    mul_3 = empty((8, 16), torch.float32, device)
+    launch(pointwise_2_add_mul_erf, mm, b, mul_3, mm.stride(0), mm.stride(1), b.stride(0), xnumel=8, rnumel=16)
+    return (mul_3,)

@@ -1,0 +1,27 @@
+@triton.jit
+def reduction_0_sum(in_x, out_sum, stride_x_0, stride_x_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    # primitives: sum
+    # reads 1024 bytes: x (float32[8, 32])
+    # writes 128 bytes: sum (float32[32])
+    # looped reduction: one pass over each row per reduction, one more for the outputs
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    d1 = xindex
+    acc_sum_ = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    for roffset in range(0, rnumel, RBLOCK):
+        rindex = roffset + tl.arange(0, RBLOCK)[None, :]
+        rmask = rindex < rnumel
+        mask = xmask & rmask
+        x = tl.load(in_x + rindex * stride_x_0 + d1 * stride_x_1, mask=mask, other=0)
+        acc_sum_ = acc_sum_ + tl.where(mask, x, 0)
+    sum_ = tl.sum(acc_sum_, 1)[:, None]
+    tl.store(out_sum + xindex, sum_, mask=xmask)
+
+
+def fusionlab_program(x):
+    device = x.device
+    x = x.contiguous()
+    # reduction_0_sum: reads x; writes sum
+    sum_ = empty((32,), torch.float32, device)
+    launch(reduction_0_sum, x, sum_, x.stride(0), x.stride(1), xnumel=32, rnumel=8)
+    return (sum_,)

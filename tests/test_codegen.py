@@ -1,0 +1,167 @@
+"""The code generator: golden sources, sizes as arguments, kernel counts, looped and any-axis reductions.
+
+Golden files hold each case's kernels and wrapper (without the shared preamble and the timing header). After an
+intended change to the generated code, regenerate them and review the diff:
+
+    pytest tests/test_codegen.py --update-golden        (or FUSIONLAB_UPDATE_GOLDEN=1)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusionlab as fl
+from tests.cases import find
+
+GOLDEN = Path(__file__).parent / "golden"
+GOLDEN_CASES = [("softmax_last", "default"), ("softmax_last", "none"), ("layer_norm", "default"),
+                ("gelu_bias", "default"), ("sum_axis0", "default"), ("transposed_input", "default"),
+                ("matmul_between_chains", "default"), ("argmax_last", "default"), ("add_layer_norm", "default")]
+
+
+def program_text(ex: fl.Exploration) -> str:
+    generated = ex.generated
+    parts = [kernel.source.rstrip() for kernel in generated.kernels] + [generated.wrapper.rstrip()]
+    return "\n\n\n".join(parts) + "\n"
+
+
+@pytest.mark.parametrize(("name", "policy"), GOLDEN_CASES, ids=[f"{n}-{p}" for n, p in GOLDEN_CASES])
+def test_golden_source(name: str, policy: str, update_golden: bool) -> None:
+    case = find(name)
+    args, kwargs = case.make_inputs("cpu")
+    text = program_text(fl.explore(case.callable_on("cpu"), *args, policy=policy, **kwargs))
+    path = GOLDEN / f"{name}_{policy}.py"
+    if update_golden or not path.exists():
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+        if not update_golden:
+            pytest.fail(f"{path.name} did not exist and was written: review and commit it")
+    assert text == path.read_text(), (f"generated source of {name!r} under {policy!r} changed; if intended, run "
+                                      "pytest tests/test_codegen.py --update-golden and review the diff")
+
+
+def code_only(source: str) -> str:
+    """Kernel source without comments (they name the shapes and bytes for the reader)."""
+    return "\n".join(line.split("#")[0].rstrip() for line in source.splitlines())
+
+
+SIZE_CASES = [
+    ("pointwise", lambda x, b: F.gelu(x + b), lambda r, c: (torch.randn(r, c), torch.randn(c))),
+    ("softmax", lambda x: torch.softmax(x, -1), lambda r, c: (torch.randn(r, c),)),
+    ("sum_axis0", lambda x: x.sum(0), lambda r, c: (torch.randn(r, c),)),
+    ("middle_axis", lambda x: x.mean(1, keepdim=True) - x, lambda r, c: (torch.randn(3, r, c),)),
+    ("transposed", lambda x: x.exp() * 2, lambda r, c: (torch.randn(c, r).t(),)),
+    ("layer_norm", lambda x, w: F.layer_norm(x, (x.shape[-1],), w), lambda r, c: (torch.randn(r, c), torch.randn(c))),
+]
+
+
+@pytest.mark.parametrize(("name", "fn", "make"), SIZE_CASES, ids=[c[0] for c in SIZE_CASES])
+@pytest.mark.parametrize("looped", [False, True], ids=["persistent", "looped"])
+def test_no_size_in_kernel_source(name: str, fn: object, make: object, looped: bool) -> None:
+    """Sizes are kernel arguments: no size literal in the code, and other sizes give the same kernels."""
+    first = fl.explore(fn, *make(11, 37), looped_reductions=looped)  # type: ignore[operator]
+    second = fl.explore(fn, *make(13, 29), looped_reductions=looped)  # type: ignore[operator]
+    for kernel in first.generated.kernels:
+        code = code_only(kernel.source)
+        baked = re.findall(r"(?<![\w.])(11|37|33|407|1221)(?![\w.])", code)
+        assert not baked, f"{name}: sizes {baked} baked into {kernel.name}:\n{kernel.source}"
+    assert [code_only(k.source) for k in first.generated.kernels] == \
+        [code_only(k.source) for k in second.generated.kernels], f"{name}: kernels depend on the sizes"
+    for ex, sizes in ((first, (11, 37)), (second, (13, 29))):
+        inputs = make(*sizes)  # type: ignore[operator]
+        torch.testing.assert_close(ex(*inputs), fn(*inputs))  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(("name", "policy", "kernels"), [
+    ("softmax_last", "default", 1), ("log_softmax", "default", 1), ("layer_norm", "default", 1),
+    ("rms_norm", "default", 1), ("center", "default", 1), ("gelu_bias", "default", 1),
+    ("gelu_bias", "pointwise", 1), ("softmax_axis0", "default", 1), ("softmax_3d_middle", "default", 1),
+    ("add_layer_norm", "default", 1), ("module_rms_norm", "default", 1),
+])
+def test_kernel_count(name: str, policy: str, kernels: int) -> None:
+    case = find(name)
+    args, kwargs = case.make_inputs("cpu")
+    ex = fl.explore(case.callable_on("cpu"), *args, policy=policy, **kwargs)
+    assert len(ex.generated.kernels) == kernels, ex.fused.as_text()
+    assert ex.compiled.launches_per_call == kernels
+
+
+@pytest.mark.parametrize("name", ["softmax_last", "layer_norm", "rms_norm", "gelu_bias", "center", "logsumexp"])
+def test_unfused_baseline_has_more_kernels(name: str) -> None:
+    case = find(name)
+    args, kwargs = case.make_inputs("cpu")
+    counts = {policy: len(fl.explore(case.callable_on("cpu"), *args, policy=policy, **kwargs).generated.kernels)
+              for policy in ("none", "pointwise", "default")}
+    assert counts["none"] > counts["default"], counts
+    assert counts["none"] >= counts["pointwise"] >= counts["default"], counts
+
+
+LOOPED = [
+    ("softmax", lambda x: torch.softmax(x, -1)),
+    ("log_softmax", lambda x: torch.log_softmax(x, -1)),
+    ("layer_norm", lambda x: F.layer_norm(x, (x.shape[-1],))),
+    ("var_std", lambda x: (x.var(-1), x.std(-1, keepdim=True))),
+    ("argmax_argmin", lambda x: (x.argmax(-1), x.argmin(-1))),
+    ("max_min_values", lambda x: (x.amax(-1), x.amin(-1, keepdim=True))),
+    ("prod", lambda x: (x * 0.001 + 1).prod(-1)),
+    ("sum_then_epilogue", lambda x: x - x.sum(-1, keepdim=True) / x.shape[-1]),
+    ("axis0", lambda x: torch.softmax(x, 0)),
+    ("logsumexp", lambda x: torch.logsumexp(x, -1)),
+]
+
+
+@pytest.mark.parametrize(("name", "fn"), LOOPED, ids=[n for n, _ in LOOPED])
+@pytest.mark.parametrize("policy", ["none", "default"])
+def test_looped_reductions(name: str, fn: object, policy: str) -> None:
+    """Rows longer than one block: the loop runs several times (the interpreter's looped block is 1024)."""
+    x = torch.randn(3, 2500)
+    x[1, 1700] = 50.0  # an extreme far into the row
+    ex = fl.explore(fn, x, policy=policy, looped_reductions=True)
+    reductions = [k for k in ex.generated.kernels if "reduction" in k.kind]
+    assert reductions and all(not k.persistent for k in reductions)
+    assert all("for roffset in range(0, rnumel, RBLOCK)" in k.source for k in reductions)
+    fresh = torch.randn(3, 2500)
+    torch.testing.assert_close(ex(fresh), fn(fresh), atol=1e-5, rtol=1e-4)  # type: ignore[operator]
+    assert ex.verify().ok
+
+
+@pytest.mark.parametrize("shape", [(6, 40), (4, 5, 6), (2, 3, 4, 5)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("looped", [False, True], ids=["persistent", "looped"])
+@pytest.mark.parametrize("policy", ["none", "default"])
+def test_reductions_over_every_axis(shape: tuple[int, ...], looped: bool, policy: str) -> None:
+    """Each axis, pairs of axes, all axes; with the result broadcast back (the epilogue reads the row)."""
+    rank = len(shape)
+    axes: list[int | tuple[int, ...]] = [*range(rank), *[(a, b) for a in range(rank) for b in range(a + 1, rank)]]
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = []
+        for axis in axes:
+            out += [x.sum(axis), torch.amax(x, axis, keepdim=True) - x, x.mean(axis, keepdim=True)]
+        out.append(x.sum())
+        return tuple(out)
+
+    ex = fl.explore(fn, torch.randn(shape), policy=policy, looped_reductions=looped)
+    fresh = torch.randn(shape)
+    torch.testing.assert_close(ex(fresh), fn(fresh), atol=1e-5, rtol=1e-5)
+
+
+def test_argmax_over_middle_axis_with_ties() -> None:
+    x = torch.randint(0, 3, (4, 7, 5)).float()
+    for looped in (False, True):
+        ex = fl.explore(lambda t: (t.argmax(1), t.argmin(1), t.argmax()), x, looped_reductions=looped)
+        torch.testing.assert_close(ex(x), (x.argmax(1), x.argmin(1), x.argmax()))
+
+
+def test_generated_text_is_the_whole_program() -> None:
+    ex = fl.explore(lambda x: torch.softmax(x, -1), torch.randn(8, 32))
+    text = ex.generated.as_text()
+    assert "def fusionlab_program(" in text and "@triton.jit" in text
+    for kernel in ex.generated.kernels:
+        assert kernel.source.strip() in text
+        assert "# primitives:" in kernel.source and "bytes" in kernel.source
+    compile(ex.generated.kernel_module(ex.generated.kernels[0]), "<kernel>", "exec")
