@@ -77,7 +77,7 @@ def timing_panels(rows: Sequence[Any], recorded: Sequence[Mapping[str, Any]] = (
             title = f"modelled on {device} (bytes and launches over its bandwidth; not a measurement)"
         ordered = tuple(sorted(bars, key=lambda b: _key(b.variant)))
         result.append(Panel(title, ordered, floors.get(device) if timing == "measured" else None))
-    for record in recorded[:1]:
+    for record in [r for r in recorded if not r.get("error")][:1]:
         bars = []
         for variant in ("eager", "inductor", "fusionlab"):
             value = _number(record.get(f"{variant}_ms"))
