@@ -137,15 +137,18 @@ class _Partition:
 
 
 def _bytes_saved(partition: _Partition, producer: str, consumer: str) -> int:
-    inside = set(partition.members[producer]) | set(partition.members[consumer])
-    saved = 0
-    for value in partition.external_inputs(consumer):
-        if partition.group_of.get(value) != producer or partition.graph[value].kind == "view":
-            continue  # a view moves no bytes of its own
-        nbytes = partition.graph.nbytes(value)
-        still_stored = value in partition.outputs or any(u not in inside for u in partition.users[value])
-        saved += nbytes if still_stored else 2 * nbytes
-    return saved
+    """The memory traffic the merge removes: the intermediates no longer written and read back, and the inputs
+    both groups read, now read once (as the groups count their bytes)."""
+    graph = partition.graph
+
+    def moved(members: list[str]) -> int:
+        if GroupInfo(tuple(graph[m] for m in members)).kind == "view":
+            return 0  # a view moves no bytes of its own
+        read, written = _traffic(graph, members, partition.stored(members))
+        return read + written
+
+    first, second = partition.members[producer], partition.members[consumer]
+    return moved(first) + moved(second) - moved(first + second)
 
 
 def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
@@ -189,6 +192,10 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
             if verdict.ok:
                 partition.merge(producer, consumer)
             partitions.append(partition.snapshot())
+    for a, b in sorted(forced):
+        if partition.group_of[a] != partition.group_of[b]:
+            raise FusionError(f"cannot force fusing {a} into {b}: {b} does not read {a} (directly or through views), "
+                              "so the pass never considers them as a pair; force each step of the path between them")
     groups = tuple(describe_group(graph, members, partition.stored(members), index)
                    for index, members in enumerate(partition.snapshot()))
     return FuseResult(groups, tuple(decisions), tuple(partitions))
@@ -211,7 +218,10 @@ def _decide(partition: _Partition, policy: Policy, producer: str, consumer: str,
     members = partition.members[producer] + partition.members[consumer]
     legal = analyse(partition.graph, members, partition.stored(members))
     cycle = partition.creates_cycle(producer, consumer)
-    is_forced = any(a in partition.members[producer] and b in partition.members[consumer] for a, b in forced)
+    # A forced pair also pulls in the views between them (a reduction reaches its epilogue through an expand).
+    sources = partition.members[producer] + (partition.external_inputs(producer)
+                                             if partition.info(producer).kind == "view" else [])
+    is_forced = any(a in sources and b in partition.members[consumer] for a, b in forced)
     if pair in forbidden or any(a in partition.members[producer] and b in partition.members[consumer]
                                 for a, b in forbidden):
         return Verdict(False, "forbidden by the user (with_fusion(forbid=...))")
@@ -239,19 +249,21 @@ def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], 
     if info.kind in ("pointwise", "reduction"):
         result = analyse(graph, members, stored)
         domain = result if isinstance(result, Domain) else None
-    if info.kind == "view":
-        read = written = 0
-    else:
-        # Each input tensor is read once and each stored value written once (broadcast loads hit the cache).
-        read = sum(graph.nbytes(_storage(graph, v)) for v in dict.fromkeys(_storage(graph, v)
-                                                                                 for v in inputs))
-        written = sum(graph.nbytes(v) for v in stored)
+    read, written = (0, 0) if info.kind == "view" else _traffic(graph, members, stored)
     ops = [n.op for n in nodes if n.kind in ("pointwise", "reduction", "extern")] or [nodes[0].op]
     label = "_".join(dict.fromkeys(o.replace(".", "_") for o in ops))
     name = f"{info.kind}_{index}_{label[:48]}"
     origins = tuple(dict.fromkeys(n.origin for n in nodes))
     return FusionGroup(name, info.kind, tuple(members), tuple(inputs), tuple(stored), read, written, origins,
                        domain)
+
+
+def _traffic(graph: Graph, members: Sequence[str], stored: Sequence[str]) -> tuple[int, int]:
+    """Bytes read and written by one kernel over these nodes: each input tensor is read once and each stored
+    value written once (broadcast loads hit the cache)."""
+    inside = set(members)
+    inputs = dict.fromkeys(_storage(graph, v) for m in members for v in graph[m].inputs if v not in inside)
+    return sum(graph.nbytes(v) for v in inputs), sum(graph.nbytes(v) for v in stored)
 
 
 def _storage(graph: Graph, value: str) -> str:

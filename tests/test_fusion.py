@@ -1,0 +1,214 @@
+"""The fusion pass: decisions as records, replay, what-if changes, forced fusions, user policies, no cycles."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusionlab as fl
+from fusionlab import GroupInfo, Verdict
+from tests.cases import CASES, find
+
+
+def softmax_exploration(policy: str = "default") -> fl.Exploration:
+    return fl.explore(lambda x: torch.softmax(x, -1), torch.randn(8, 32), policy=policy)
+
+
+@pytest.mark.parametrize("policy", ["none", "pointwise", "default"])
+def test_every_decision_is_a_record_with_a_reason(policy: str) -> None:
+    fused = softmax_exploration(policy).fused
+    assert fused.decisions, "every pair considered is recorded"
+    nodes = {n.name for n in fused.previous.graph.nodes}
+    for step, decision in enumerate(fused.decisions):
+        assert isinstance(decision, fl.FusionDecision)
+        assert decision.step == step
+        assert decision.producer in nodes and decision.consumer in nodes
+        assert isinstance(decision.reason, str) and len(decision.reason) > 10, decision
+        assert decision.bytes_saved >= 0
+        if not decision.fused:
+            assert decision.bytes_saved == 0
+    assert fused.policy_name == policy
+
+
+def test_bytes_saved_add_up_for_softmax() -> None:
+    """Fusing softmax saves the round trips of its intermediates: each fused row-sized or full-sized value that
+    no longer goes through memory saves its bytes written and read."""
+    default, none = softmax_exploration("default").fused, softmax_exploration("none").fused
+    saved = sum(d.bytes_saved for d in default.decisions)
+    moved_unfused = sum(g.bytes_read + g.bytes_written for g in none.groups)
+    moved_fused = sum(g.bytes_read + g.bytes_written for g in default.groups)
+    assert saved > 0
+    assert moved_fused == 8 * 32 * 4 * 2  # read x once, write the result once
+    assert moved_unfused - moved_fused == saved
+    assert all(d.bytes_saved > 0 for d in default.decisions if d.fused and
+               default.previous.graph[d.producer].kind != "view")
+
+
+def test_reasons_name_what_blocked_the_fusion() -> None:
+    ex = fl.explore(lambda x, w: F.gelu(x @ w) * 2, torch.randn(8, 32), torch.randn(32, 16))
+    reasons = [d.reason for d in ex.fused.decisions if not d.fused]
+    assert any("extern op" in r and "mm" in r for r in reasons), reasons
+    none = softmax_exploration("none").fused
+    assert all("policy 'none'" in d.reason for d in none.decisions)
+    pointwise = softmax_exploration("pointwise").fused
+    assert any("keeps reductions" in d.reason for d in pointwise.decisions)
+
+
+def test_groups_after_replays_the_decisions() -> None:
+    fused = softmax_exploration("default").fused
+    computing = [n.name for n in fused.previous.graph.nodes if n.kind != "input"]
+    before = fused.groups_after(-1)
+    assert sorted(name for group in before for name in group) == sorted(computing)
+    assert all(len(group) == 1 for group in before)
+    previous = before
+    for decision in fused.decisions:
+        after = fused.groups_after(decision.step)
+        assert sorted(n for g in after for n in g) == sorted(computing), "a partition of the same nodes"
+        assert len(after) == len(previous) - (1 if decision.fused else 0)
+        if decision.fused:
+            together = next(g for g in after if decision.consumer in g)
+            assert decision.producer in together
+        previous = after
+    final = {tuple(g.nodes) for g in fused.groups}
+    assert set(fused.groups_after(len(fused.decisions) - 1)) == final
+    assert [partition for _, partition in fused.replay()] == [fused.groups_after(d.step) for d in fused.decisions]
+
+
+def test_groups_come_in_an_order_that_runs() -> None:
+    """A group reading a value made later in program order (an extern constant feeding a fused chain) runs after
+    the group making it."""
+    ex = fl.explore(lambda x: torch.where(x > 0, x, torch.tensor(0.5) * torch.tensor([2.0]).sum()),
+                    torch.randn(8, 32), policy="pointwise")
+    made: set[str] = set(ex.decomposed.graph.inputs)
+    for group in ex.fused.groups:
+        assert set(group.inputs) <= made, f"{group.name} reads {set(group.inputs) - made} before they exist"
+        made |= set(group.nodes)
+    assert ex.verify().ok
+
+
+def test_forbid_splits_a_kernel() -> None:
+    ex = softmax_exploration("default")
+    assert len(ex.fused.kernels) == 1
+    fused_pair = next(d for d in ex.fused.decisions if d.fused and ex.decomposed.graph[d.producer].kind != "view")
+    split = ex.with_fusion(forbid=[(fused_pair.producer, fused_pair.consumer)])
+    assert len(split.fused.kernels) == 2, split.fused.as_text()
+    assert any(not d.fused and "forbidden by the user" in d.reason for d in split.fused.decisions)
+    assert split.captured is ex.captured and split.decomposed is ex.decomposed  # shared, not recomputed
+    assert len(ex.fused.kernels) == 1, "the original exploration is unchanged"
+    assert split.verify().ok
+
+
+def test_force_fuses_what_the_policy_keeps_apart() -> None:
+    ex = fl.explore(lambda x: torch.sigmoid(x) * 2 + 1, torch.randn(8, 32), policy="none")
+    assert len(ex.fused.kernels) == 3
+    first = ex.fused.decisions[0]
+    forced = ex.with_fusion(force=[(first.producer, first.consumer)])
+    assert len(forced.fused.kernels) == 2
+    assert any(d.fused and "forced by the user" in d.reason for d in forced.fused.decisions)
+    assert forced.verify().ok
+
+
+def test_illegal_force_raises_a_clear_error() -> None:
+    # Two reductions over different axes cannot share one kernel.
+    ex = fl.explore(lambda x: (x - x.mean(1, keepdim=True)).sum(0), torch.randn(8, 32), policy="none")
+    graph = ex.decomposed.graph
+    reductions = [n.name for n in graph.nodes if n.kind == "reduction"]
+    assert len(reductions) == 2
+    sub = next(n.name for n in graph.nodes if n.op == "sub")
+    epilogue = ex.with_fusion(force=[(reductions[0], sub)])  # through the expand view between them: legal
+    assert len(epilogue.fused.kernels) == 2 and epilogue.verify().ok
+    with pytest.raises(fl.FusionError, match=r"does not read"):
+        ex.with_fusion(force=[(reductions[0], reductions[1])])  # not a producer/consumer pair at all
+    with pytest.raises(fl.FusionError, match=r"cannot force fusing .* into .*: .*(axes|iteration|shape)"):
+        ex.with_fusion(force=[(reductions[0], sub), (sub, reductions[1])])
+
+    # An extern op never joins a kernel.
+    mm = fl.explore(lambda x, w: (x @ w).relu(), torch.randn(8, 32), torch.randn(32, 16))
+    extern = next(n.name for n in mm.decomposed.graph.nodes if n.kind == "extern")
+    relu = next(n.name for n in mm.decomposed.graph.nodes if n.kind == "pointwise")
+    with pytest.raises(fl.FusionError, match="extern op"):
+        mm.with_fusion(force=[(extern, relu)])
+
+
+def test_unknown_names_are_reported_with_the_known_ones() -> None:
+    ex = softmax_exploration()
+    with pytest.raises(fl.FusionError, match=r"no node named 'nope'.*its nodes are: .*amax"):
+        ex.with_fusion(forbid=[("nope", "amax")])
+
+
+def test_fusing_across_a_third_kernel_would_be_a_cycle() -> None:
+    """exp feeds add directly and through mm (an extern): one kernel for exp and add would have to run both
+    before and after mm."""
+    ex = fl.explore(lambda x, w: x.exp() + (x.exp() @ w), torch.randn(8, 32), torch.randn(32, 32))
+    graph = ex.decomposed.graph
+    exp = next(n.name for n in graph.nodes if n.op == "exp")
+    add = next(n.name for n in graph.nodes if n.op == "add")
+    decision = next(d for d in ex.fused.decisions if (d.producer, d.consumer) == (exp, add))
+    assert not decision.fused and "cycle" in decision.reason
+    with pytest.raises(fl.FusionError, match="cycle"):
+        ex.with_fusion(force=[(exp, add)])
+    assert ex.verify().ok
+
+    # The same shape with a reduction in the middle, under a policy that keeps reductions apart.
+    pointwise = fl.explore(lambda x: x.exp() / x.exp().sum(-1, keepdim=True), torch.randn(8, 32),
+                           policy="pointwise")
+    assert any("cycle" in d.reason for d in pointwise.fused.decisions)
+    assert pointwise.verify().ok
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "single" not in c.tags], ids=lambda c: c.name)
+def test_no_group_depends_on_itself(case: object) -> None:
+    """For every case, the groups form a DAG in the order they run."""
+    args, kwargs = case.make_inputs("cpu")  # type: ignore[attr-defined]
+    for policy in ("pointwise", "default"):
+        fused = fl.explore(case.callable_on("cpu"), *args, policy=policy, **kwargs).fused  # type: ignore[attr-defined]
+        position = {name: index for index, group in enumerate(fused.groups) for name in group.nodes}
+        for index, group in enumerate(fused.groups):
+            for value in group.inputs:
+                assert position.get(value, -1) < index, f"{group.name} reads {value} from a later group"
+
+
+class OnlyAfterExp:
+    """A user policy: fuse a pair only when the producer is a lone exponential."""
+
+    name = "only-after-exp"
+
+    def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict:
+        if producer.kind == "extern" or consumer.kind == "extern":
+            return Verdict(False, "extern")
+        alone = producer.ops == ("exp",)
+        return Verdict(alone, "fuse only after exp" if alone else "no lone exp here")
+
+    def score(self, producer: GroupInfo, consumer: GroupInfo) -> int:
+        return 0
+
+
+def test_user_policy() -> None:
+    fn = lambda x: torch.exp(x).sin() * 2  # noqa: E731
+    ex = fl.explore(fn, torch.randn(8, 32), policy=OnlyAfterExp())
+    assert ex.fused.policy_name == "only-after-exp"
+    reasons = {d.reason for d in ex.fused.decisions}
+    assert reasons == {"fuse only after exp", "no lone exp here"}
+    assert len(ex.fused.kernels) == 2  # exp+sin | mul
+    assert ex.verify().ok
+    assert len(fl.explore(fn, torch.randn(8, 32), policy="pointwise").fused.kernels) == 1
+
+
+def test_builtin_policy_objects_and_bad_policies() -> None:
+    x = torch.randn(8, 32)
+    assert len(fl.explore(lambda t: torch.softmax(t, -1), x, policy=fl.DefaultFusion()).fused.kernels) == 1
+    assert len(fl.explore(lambda t: t.exp().sin(), x, policy=fl.NoFusion()).fused.kernels) == 2
+    with pytest.raises(ValueError, match="unknown fusion policy 'fastest'"):
+        fl.explore(lambda t: t, x, policy="fastest")
+    with pytest.raises(TypeError, match="can_fuse"):
+        fl.explore(lambda t: t, x, policy=object())  # type: ignore[arg-type]
+
+
+def test_multi_output_group() -> None:
+    """A value both stored and used further in the same kernel: one kernel, two outputs."""
+    case = find("add_layer_norm")
+    args, _ = case.make_inputs("cpu")
+    ex = fl.explore(case.fn, *args)
+    (kernel,) = ex.fused.kernels
+    assert len(kernel.outputs) == 2
