@@ -139,6 +139,11 @@ def test_tour_runs_in_jupyterlab_and_a_graph_click_moves_the_sources(lab: str) -
             assert explorer.locator(".fusionlab-graph-status").first.inner_text().startswith("selected: rsqrt")
             assert explorer.locator("g.node.fl-selected").count() == 1
             explorer.screenshot(path=str(ARTIFACTS / "browser_tour_explorer.png"))
+            # The benchmark cell drew its charts into the TimingPlot's Output widget while it ran.
+            timings = page.locator(".fusionlab-timing-plot").last
+            assert timings.locator(".jp-OutputArea-output img").count() >= 1
+            assert "BenchReport" in timings.inner_text()
+            timings.screenshot(path=str(ARTIFACTS / "browser_tour_timings.png"))
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "browser_tour_failure.png"), full_page=True)
             raise
