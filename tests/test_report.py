@@ -96,3 +96,9 @@ def test_report_targets() -> None:
     with pytest.raises(ValueError, match="MODULE:FUNCTION"):
         load_target("no_such_workload")
     assert cli.main(["report", "fusionlab.workloads:nothing_here", "--out", "unused.html"]) == 2
+
+
+def test_cli_report_without_timings(tmp_path: Path) -> None:
+    out = tmp_path / "gelu.html"
+    assert cli.main(["report", "gelu_bias", "--no-timings", "--out", str(out)]) == 0
+    assert "not requested" in out.read_text(encoding="utf-8")
