@@ -17,6 +17,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "backend", "CaptureError", "Captured", "Compiled", "Decomposed", "DefaultFusion", "Exploration", "Fused",
-    "FusionDecision", "FusionError", "FusionGroup", "Generated", "GroupInfo", "InputMismatch", "NoFusion", "PointwiseFusion", "Policy",
-    "Verdict", "VerifyReport", "explore",
+    "FusionDecision", "FusionError", "FusionGroup", "Generated", "GroupInfo", "InputMismatch", "NoFusion",
+    "PointwiseFusion", "Policy", "Verdict", "VerifyReport", "explore",
 ]

@@ -172,17 +172,17 @@ class Exploration:
         return inductor_view(self.fn, self.example_args, captured_node_names=self.captured.aten_nodes,
                              cpu_backend=cpu_backend)  # type: ignore[arg-type]
 
-    def show(self) -> Any:
-        """The Explorer widget: graph, groups, sources and timings, linked."""
+    def show(self, **options: Any) -> Any:
+        """The Explorer widget: graph, groups, sources and timings, linked (`inductor=False` skips Inductor)."""
         from fusionlab.widgets import Explorer
 
-        return Explorer(self)
+        return Explorer(self, **options)
 
-    def to_html(self, path: str | None = None) -> str:
-        """All views as one self-contained HTML page; written to `path` when given."""
+    def to_html(self, path: str | None = None, **options: Any) -> str:
+        """All views as one self-contained HTML page; written to `path` when given (`timings=False` skips timing)."""
         from fusionlab.report import exploration_html
 
-        page = exploration_html(self)
+        page = exploration_html(self, **options)
         if path is not None:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(page)

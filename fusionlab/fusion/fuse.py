@@ -160,6 +160,7 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
     decisions: list[FusionDecision] = []
     partitions = [partition.snapshot()]
     considered: set[tuple[frozenset[str], frozenset[str]]] = set()
+    rejected: set[tuple[str, str, str]] = set()
     for node in graph.nodes:
         if node.kind == "input":
             continue
@@ -185,6 +186,10 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
             *_, value, user, producer, key = min(candidates)
             considered.add(key)
             verdict = _decide(partition, policy, producer, consumer, (value, user), forbidden, forced)
+            if not verdict.ok and (value, user, verdict.reason) in rejected:
+                continue  # the same pair, refused for the same reason after its consumer grew: said once
+            if not verdict.ok:
+                rejected.add((value, user, verdict.reason))
             decisions.append(FusionDecision(
                 len(decisions), value, user, verdict.ok, verdict.reason,
                 _bytes_saved(partition, producer, consumer) if verdict.ok else 0,
