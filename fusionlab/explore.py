@@ -24,7 +24,7 @@ from fusionlab.decompose import decompose
 from fusionlab.fusion.fuse import fuse
 from fusionlab.fusion.policy import Policy, resolve_policy
 from fusionlab.runtime.interpreter import triton
-from fusionlab.runtime.launch import KernelHandle, empty
+from fusionlab.runtime.launch import KernelHandle, LaunchRecorder, empty
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated
 from fusionlab.verify import VerifyReport, check_inputs, random_like_inputs, verify_outputs
 
@@ -113,7 +113,11 @@ class Exploration:
         namespace["launch"] = _launch
         code = compile(generated.wrapper, "<fusionlab program>", "exec")
         exec(code, namespace)  # noqa: S102 - our own generated source
-        return Compiled(namespace["fusionlab_program"], handles, generated, time.perf_counter() - start)
+        recorder = LaunchRecorder()
+        dry = dict(namespace, launch=recorder)
+        exec(code, dry)  # noqa: S102 - the same program, launches recorded (compiled in parallel on first use)
+        return Compiled(namespace["fusionlab_program"], handles, generated, time.perf_counter() - start,
+                        dry_run=dry["fusionlab_program"], recorder=recorder)
 
     # -- running --------------------------------------------------------------------------------
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import html
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from fusionlab.codegen.program import KERNEL_PREAMBLE, Program
 from fusionlab.fusion.fuse import FusionDecision, FusionGroup
 from fusionlab.ir import Graph
 from fusionlab.names import comment
-from fusionlab.runtime.launch import KernelHandle
+from fusionlab.runtime.launch import KernelHandle, compile_in_parallel
 
 
 def _html(stage: Any) -> str:
@@ -237,8 +238,28 @@ class Compiled(_Stage):
     previous: Generated
     seconds: float = 0.0
     launches: list[int] = field(default_factory=lambda: [0])
+    dry_run: Any = None  # the program with launches recorded instead of run (see prepare)
+    recorder: Any = None
+    prepared: set[str] = field(default_factory=set)
+
+    def prepare(self, *tensors: torch.Tensor) -> None:
+        """Before the first CUDA call: a dry run lists the launches, then all kernels compile at once."""
+        device = next((t.device for t in tensors if isinstance(t, torch.Tensor)), None)
+        if device is None or device.type != "cuda" or str(device) in self.prepared or self.dry_run is None:
+            return
+        self.prepared.add(str(device))
+        if any(h.autotune for h in self.handles):
+            return  # the autotuner compiles its candidates itself
+        self.recorder.records.clear()
+        try:
+            self.dry_run(*tensors)
+            compile_in_parallel(self.recorder.records)
+        except Exception as error:  # noqa: BLE001 - an optimisation only: kernels then compile at first launch
+            warnings.warn(f"compiling the kernels in parallel failed ({type(error).__name__}: {error}); they "
+                          "compile one by one at their first launch instead", RuntimeWarning, stacklevel=2)
 
     def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        self.prepare(*tensors)
         result = self.function(*tensors)
         self.launches[0] += 1
         return result

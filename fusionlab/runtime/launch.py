@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,18 @@ class KernelHandle:
                 self.compiled = compiled
         self.last_config = config
 
+    def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
+        """Compile for CUDA without running (Triton's `warmup`) with the config the real launch will use."""
+        shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy)
+        config = self.tuned.get(shape) or choose(shape, "cuda")
+        self.tuned[shape] = config
+        meta: dict[str, Any] = {"XBLOCK": config.XBLOCK}
+        numels: tuple[int, ...] = (shape.xnumel,)
+        if self.kind != "pointwise":
+            meta["RBLOCK"] = config.RBLOCK
+            numels = (shape.xnumel, shape.rnumel)
+        self.function("cuda").warmup(*args, *numels, grid=config.grid(shape), num_warps=config.num_warps, **meta)
+
     def _run(self, backend: str, config: LaunchConfig, shape: KernelShape, args: tuple[Any, ...]) -> Any:
         meta: dict[str, Any] = {"XBLOCK": config.XBLOCK}
         two_d = self.kind != "pointwise"
@@ -94,3 +107,23 @@ class KernelHandle:
 
 def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+class LaunchRecorder:
+    """Stands in for `launch` in a dry run of the program: records each launch instead of running it."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[KernelHandle, tuple[Any, ...], int, int]] = []
+
+    def __call__(self, handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> None:
+        self.records.append((handle, args, int(xnumel), int(rnumel)))
+
+
+def compile_in_parallel(records: list[tuple[KernelHandle, tuple[Any, ...], int, int]]) -> None:
+    """Compile every recorded CUDA kernel at once (Triton's compiler and ptxas overlap in threads), so the first
+    call does not pay one compile after another."""
+    unique = list({id(r[0]): r for r in records}.values())
+    for handle, *_ in unique:
+        handle.function("cuda")  # build the modules one by one: that step toggles the interpreter switch
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(unique)))) as pool:
+        list(pool.map(lambda r: r[0].warm(*r[1], xnumel=r[2], rnumel=r[3]), unique))
