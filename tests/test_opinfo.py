@@ -33,7 +33,10 @@ from fusionlab.rules import RULES
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    from torch.testing._internal.common_methods_invocations import op_db
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db
+    except ImportError as error:  # PyTorch's test helpers need expecttest (the `test` extra installs it)
+        pytest.skip(f"OpInfo database unavailable: {error}", allow_module_level=True)
 
 # Samples per op and policy: bounds the run time (all of today's ops stay under it; see the summary).
 MAX_SAMPLES = 200
