@@ -30,7 +30,7 @@ def main(names: list[str]) -> None:
         expected = fn(*inputs)
         inductor = torch.compile(fn)
         inductor(*inputs)
-        t_ind = triton.testing.do_bench(lambda: inductor(*inputs), return_mode="median")
+        t_ind = triton.testing.do_bench(lambda f=inductor, xs=inputs: f(*xs), return_mode="median")
         row = {"workload": name, "inductor_ms": t_ind}
         for variant, patches in [*VARIANTS.items(), ("autotune", {})]:
             saved = {k: getattr(KernelWriter, k) for k in patches}
@@ -41,7 +41,7 @@ def main(names: list[str]) -> None:
                 got = ex(*inputs)
                 for a, e in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(expected)):
                     torch.testing.assert_close(a.float(), e.float(), atol=5e-2, rtol=5e-2)
-                row[variant] = triton.testing.do_bench(lambda ex=ex: ex(*inputs), return_mode="median")
+                row[variant] = triton.testing.do_bench(lambda ex=ex, inputs=inputs: ex(*inputs), return_mode="median")
                 if variant == "autotune":
                     row["tuned"] = [k.config for k in ex.compiled.kernels]
             finally:
