@@ -162,14 +162,20 @@ class KernelWriter:
         self.dim_lines: dict[str, str] = {}
 
     def _wants_tile(self) -> bool:
+        """Tile when operands read through a broadcast or a stride are at least half as many as the dense
+        full-size ones: then the per-element index division costs more than the 2-D grid (measured on an H200:
+        gelu(x + b) 0.110 -> 0.098 ms tiled; relu(x + b + r1) + r2 0.133 flat vs 0.139 tiled)."""
         shape = self.domain.shape
         if len(shape) < 2 or shape[-1] == 1:
             return False
+        dense = other = 0
         for value in self.group.inputs:
             node_shape = self.graph[value].type.shape
-            if non_unit(node_shape) != non_unit(shape) or value not in self.contiguous:
-                return True
-        return False
+            if non_unit(node_shape) == non_unit(shape) and value in self.contiguous:
+                dense += 1
+            else:
+                other += 1
+        return other > 0 and 2 * other >= dense
 
     # -- arguments ------------------------------------------------------------------------------
     def _argument(self, raw: str, role: str, value: str = "", dim: int = -1, expr: str = "") -> str:
@@ -306,7 +312,7 @@ class KernelWriter:
             mask = " & ".join(([mask] if mask else []) + guards)
         dtype = node.type.dtype
         load = f"tl.load({pointer} + {offset}" + (f", mask={mask}, other=0" if mask else "")
-        load += self._eviction(index_map) + ")"
+        load += ")"
         if mask is None:
             # One element for the whole block: make it a block, as Triton's scalars and blocks mix unevenly
             # (the interpreter cannot `&` a scalar comparison with a block one).
@@ -314,15 +320,6 @@ class KernelWriter:
         if compute_dtype(dtype) != dtype:
             load += f".to({TRITON_DTYPES[compute_dtype(dtype)]})"
         return load
-
-    def _eviction(self, index_map: IndexMap) -> str:
-        """Cache hints: a full-size operand is streamed once (evict first); a broadcast one (a bias, a weight, a
-        row statistic) is read again by other programs (evict last). Looped reductions re-read their rows: no hint."""
-        if self.reduction and not self.persistent:
-            return ""
-        used = {e.dim if isinstance(e, Shift) else e for e in index_map if e is not None}
-        full = {d for d in range(len(self.domain.shape)) if self.domain.shape[d] != 1}
-        return ', eviction_policy="evict_first"' if used == full else ', eviction_policy="evict_last"'
 
     def _view_map(self, node: Node, index_map: IndexMap) -> IndexMap:
         source = self.graph[node.inputs[0]].type.shape

@@ -62,7 +62,7 @@ def _cuda(shape: KernelShape) -> LaunchConfig:
         xblock = max(16, min(128, triton.next_power_of_2(triton.cdiv(max(shape.xnumel, 1), 512))))
         xblock = min(xblock, triton.next_power_of_2(max(shape.xnumel, 1)))
         rblock = max(16, min(128, 2048 // xblock, triton.next_power_of_2(max(shape.rnumel, 1))))
-        return LaunchConfig(xblock, rblock, 4)
+        return LaunchConfig(xblock, rblock, 8 if xblock * rblock >= 2048 else 4)
     if shape.kind == "pointwise":
         xblock = min(1024, triton.next_power_of_2(max(shape.xnumel, 1)))
         return LaunchConfig(xblock, 1, 4 if xblock >= 512 else max(1, xblock // 128))

@@ -9,8 +9,8 @@ def reduction_0_add_mean_sub_mul_rsqrt(in_x, in_r, in_w, in_b, out_add, out_add_
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     mask = xmask & rmask
-    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
-    r = tl.load(in_r + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
+    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
+    r = tl.load(in_r + xindex * rnumel + rindex, mask=mask, other=0)
     add = (x + r)
     mean = (tl.sum(tl.where(mask, add, 0), 1)[:, None] / rnumel)
     sub = (add - mean)
@@ -20,9 +20,9 @@ def reduction_0_add_mean_sub_mul_rsqrt(in_x, in_r, in_w, in_b, out_add, out_add_
     add_1 = (mean_1 + 1e-05)
     rsqrt = tl.rsqrt(add_1)
     mul_1 = (sub * rsqrt)
-    w = tl.load(in_w + rindex * stride_w_0, mask=rmask, other=0, eviction_policy="evict_last")
+    w = tl.load(in_w + rindex * stride_w_0, mask=rmask, other=0)
     mul_2 = (mul_1 * w)
-    b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0, eviction_policy="evict_last")
+    b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0)
     add_2 = (mul_2 + b)
     tl.store(out_add_2 + xindex * rnumel + rindex, add_2, mask=mask)
 

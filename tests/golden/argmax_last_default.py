@@ -9,7 +9,7 @@ def reduction_0_argmax(in_x, out_argmax, xnumel, rnumel, XBLOCK: tl.constexpr, R
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     mask = xmask & rmask
-    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
+    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
     argmax_value, argmax = tl.reduce((tl.where(mask, x, float("-inf")), tl.broadcast_to(rindex, [XBLOCK, RBLOCK]).to(tl.int64)), 1, _argmax)
     argmax = argmax[:, None]
     tl.store(out_argmax + xindex, argmax, mask=xmask)

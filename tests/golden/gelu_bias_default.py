@@ -9,8 +9,8 @@ def pointwise_0_add_mul_erf(in_x, in_b, out_mul_2, stride_b_0, xnumel, rnumel, X
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     mask = xmask & rmask
-    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
-    b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0, eviction_policy="evict_last")
+    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
+    b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0)
     add = (x + b)
     mul_1 = (add * 0.5)
     mul = (add * 0.7071067811865475)

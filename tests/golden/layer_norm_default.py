@@ -9,7 +9,7 @@ def reduction_0_mean_sub_mul_add_rsqrt(in_x, in_w, in_b, out_add_1, stride_w_0, 
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     mask = xmask & rmask
-    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
+    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
     mean = (tl.sum(tl.where(mask, x, 0), 1)[:, None] / rnumel)
     sub = (x - mean)
     mul = (sub * sub)
@@ -17,9 +17,9 @@ def reduction_0_mean_sub_mul_add_rsqrt(in_x, in_w, in_b, out_add_1, stride_w_0, 
     add = (mean_1 + 1e-05)
     rsqrt = tl.rsqrt(add)
     mul_1 = (sub * rsqrt)
-    w = tl.load(in_w + rindex * stride_w_0, mask=rmask, other=0, eviction_policy="evict_last")
+    w = tl.load(in_w + rindex * stride_w_0, mask=rmask, other=0)
     mul_2 = (mul_1 * w)
-    b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0, eviction_policy="evict_last")
+    b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0)
     add_1 = (mul_2 + b)
     tl.store(out_add_1 + xindex * rnumel + rindex, add_1, mask=mask)
 

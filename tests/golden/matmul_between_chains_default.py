@@ -6,7 +6,7 @@ def pointwise_0_mul_maximum(in_x, out_maximum, xnumel, XBLOCK: tl.constexpr):
     # pointwise: one flat pass
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    x = tl.load(in_x + xindex, mask=xmask, other=0, eviction_policy="evict_first")
+    x = tl.load(in_x + xindex, mask=xmask, other=0)
     mul = (x * 2.0)
     maximum = tl.maximum(mul, 0.0, propagate_nan=tl.PropagateNan.ALL)
     tl.store(out_maximum + xindex, maximum, mask=xmask)
@@ -24,8 +24,8 @@ def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_mm_0, stride_mm_1, st
     rmask = rindex < rnumel
     mask = xmask & rmask
     d0 = xindex
-    mm = tl.load(in_mm + d0 * stride_mm_0 + rindex * stride_mm_1, mask=mask, other=0, eviction_policy="evict_first")
-    b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0, eviction_policy="evict_last")
+    mm = tl.load(in_mm + d0 * stride_mm_0 + rindex * stride_mm_1, mask=mask, other=0)
+    b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0)
     add = (mm + b)
     mul_2 = (add * 0.5)
     mul_1 = (add * 0.7071067811865475)

@@ -9,7 +9,7 @@ def reduction_0_amax_sub_exp_sum_div(in_x, out_div, xnumel, rnumel, XBLOCK: tl.c
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     mask = xmask & rmask
-    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
+    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
     amax = tl.reduce(tl.where(mask, x, float("-inf")), 1, _maximum)[:, None]
     sub = (x - amax)
     exp = tl.exp(sub)

@@ -9,7 +9,7 @@ def reduction_0_amax(in_x, out_amax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOC
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     mask = xmask & rmask
-    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
+    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
     amax = tl.reduce(tl.where(mask, x, float("-inf")), 1, _maximum)[:, None]
     tl.store(out_amax + xindex, amax, mask=xmask)
 
@@ -26,8 +26,8 @@ def pointwise_2_sub(in_x, in_expand, out_sub, stride_expand_0, stride_expand_1, 
     rmask = rindex < rnumel
     mask = xmask & rmask
     d0 = xindex
-    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
-    expand = tl.load(in_expand + d0 * stride_expand_0 + rindex * stride_expand_1, mask=mask, other=0, eviction_policy="evict_first")
+    x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
+    expand = tl.load(in_expand + d0 * stride_expand_0 + rindex * stride_expand_1, mask=mask, other=0)
     sub = (x - expand)
     tl.store(out_sub + xindex * rnumel + rindex, sub, mask=mask)
 
@@ -40,7 +40,7 @@ def pointwise_3_exp(in_sub, out_exp, xnumel, XBLOCK: tl.constexpr):
     # pointwise: one flat pass
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    sub = tl.load(in_sub + xindex, mask=xmask, other=0, eviction_policy="evict_first")
+    sub = tl.load(in_sub + xindex, mask=xmask, other=0)
     exp = tl.exp(sub)
     tl.store(out_exp + xindex, exp, mask=xmask)
 
@@ -56,7 +56,7 @@ def reduction_4_sum(in_exp, out_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOC
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     mask = xmask & rmask
-    exp = tl.load(in_exp + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
+    exp = tl.load(in_exp + xindex * rnumel + rindex, mask=mask, other=0)
     sum_ = tl.sum(tl.where(mask, exp, 0), 1)[:, None]
     tl.store(out_sum + xindex, sum_, mask=xmask)
 
@@ -73,8 +73,8 @@ def pointwise_6_div(in_exp, in_expand_1, out_div, stride_expand_1_0, stride_expa
     rmask = rindex < rnumel
     mask = xmask & rmask
     d0 = xindex
-    exp = tl.load(in_exp + xindex * rnumel + rindex, mask=mask, other=0, eviction_policy="evict_first")
-    expand_1 = tl.load(in_expand_1 + d0 * stride_expand_1_0 + rindex * stride_expand_1_1, mask=mask, other=0, eviction_policy="evict_first")
+    exp = tl.load(in_exp + xindex * rnumel + rindex, mask=mask, other=0)
+    expand_1 = tl.load(in_expand_1 + d0 * stride_expand_1_0 + rindex * stride_expand_1_1, mask=mask, other=0)
     div = (exp / expand_1)
     tl.store(out_div + xindex * rnumel + rindex, div, mask=mask)
 

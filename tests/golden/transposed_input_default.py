@@ -10,7 +10,7 @@ def pointwise_0_exp_add(in_x, out_add, stride_x_0, stride_x_1, xnumel, rnumel, X
     rmask = rindex < rnumel
     mask = xmask & rmask
     d0 = xindex
-    x = tl.load(in_x + d0 * stride_x_0 + rindex * stride_x_1, mask=mask, other=0, eviction_policy="evict_first")
+    x = tl.load(in_x + d0 * stride_x_0 + rindex * stride_x_1, mask=mask, other=0)
     exp = tl.exp(x)
     add = (exp + 1.0)
     tl.store(out_add + xindex * rnumel + rindex, add, mask=mask)
