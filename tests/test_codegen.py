@@ -165,3 +165,67 @@ def test_generated_text_is_the_whole_program() -> None:
         assert kernel.source.strip() in text
         assert "# primitives:" in kernel.source and "bytes" in kernel.source
     compile(ex.generated.kernel_module(ex.generated.kernels[0]), "<kernel>", "exec")
+
+
+POINTER_TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float64: "*fp64",
+                 torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16", torch.int8: "*i8",
+                 torch.uint8: "*u8", torch.bool: "*i1"}
+COMPILED_CASES = ["softmax_last", "layer_norm", "fp16_layer_norm", "gelu_bias", "argmax_last", "sum_axis0",
+                  "softmax_3d_middle", "where_scalar", "binary_int_floor_divide",
+                  "act_mish", "binary_remainder", "transposed_softmax", "logsumexp", "prod_last"]
+
+
+@pytest.mark.parametrize("name", COMPILED_CASES)
+@pytest.mark.parametrize("looped", [False, True], ids=["persistent", "looped"])
+def test_kernels_compile_for_the_h200_after_interpreted_runs(name: str, looped: bool) -> None:
+    """Triton compiles every generated kernel for sm_90 (no GPU needed), in a process that has just run kernels
+    under the interpreter: the interpreter must leave triton.language as it found it, and the real compiler is
+    stricter than the interpreter."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from fusionlab.runtime.config import KernelShape, choose
+
+    case = find(name)
+    args, kwargs = case.make_inputs("cpu")
+    ex = fl.explore(case.callable_on("cpu"), *args, looped_reductions=looped, **kwargs)
+    ex(*args, **kwargs)  # interpreted first, and a reduction that calls device functions (tl.sum, tl.reduce)
+    softmax = fl.explore(lambda x: torch.softmax(x, -1), torch.randn(4, 8))
+    softmax(torch.randn(4, 8))
+    graph = ex.decomposed.graph
+    for kernel, handle in zip(ex.generated.kernels, ex.compiled.handles):
+        function = handle.function("cuda")
+        signature: dict[str, str] = {}
+        for argument in kernel.arguments:
+            if argument.role in ("input", "output"):
+                signature[argument.name] = POINTER_TYPES[graph[argument.value].type.dtype]
+            else:
+                signature[argument.name] = "i32"
+        shape = KernelShape(kernel.kind, 64, 64, kernel.persistent)
+        config = choose(shape, "cuda")
+        blocks = {"XBLOCK": config.XBLOCK, "RBLOCK": config.RBLOCK}
+        constexprs = {}
+        for name_ in kernel.constexprs:
+            signature[name_] = "constexpr"
+            constexprs[(function.arg_names.index(name_),)] = blocks[name_]
+        compiled = triton.compile(ASTSource(function, signature, constexprs), target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": config.num_warps})
+        assert "ptx" in compiled.asm
+
+
+def test_interpreted_runs_leave_triton_language_unchanged() -> None:
+    """Triton's interpreter patches triton.language's builtins; after our interpreted launches (including the
+    device functions reductions call) everything is as before, so a later CUDA compile sees the real language."""
+    import triton.language as tl
+
+    modules = (tl, tl.core, tl.math, tl.standard, tl.core.tensor)
+    before = [dict(vars(module)) for module in modules]
+    fl.explore(lambda x: (torch.softmax(x, -1), x.argmax(-1), x.prod(0)), torch.randn(4, 8))(torch.randn(4, 8))
+    fl.explore(lambda x: torch.softmax(x, -1), torch.randn(4, 3000), looped_reductions=True)(torch.randn(4, 3000))
+    for module, saved in zip(modules, before):
+        # The interpreter's AST rewriter adds its own helpers to the modules it rewrites: harmless additions.
+        names = set(saved) if module is tl.standard else set(saved) | set(vars(module))
+        names.discard("__annotations__")  # created by Python when anyone asks a class for it
+        changed = sorted(k for k in names if saved.get(k) is not vars(module).get(k))
+        assert not changed, f"{getattr(module, '__name__', module)} left patched: {changed[:10]}"

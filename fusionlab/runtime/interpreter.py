@@ -21,6 +21,7 @@ import triton.language as tl
 import triton.language.core as tl_core
 import triton.language.math as tl_math
 import triton.language.standard as tl_standard
+import triton.runtime.interpreter as triton_interpreter
 from triton.runtime.interpreter import InterpretedFunction, TensorHandle
 from triton.runtime.jit import JITFunction
 
@@ -96,10 +97,54 @@ def interpreted_standard_library() -> Iterator[None]:
     for module, name, _, interpreted in swaps:
         setattr(module, name, interpreted)
     try:
-        yield
+        with _language_patches_undone():
+            yield
     finally:
         for module, name, original, _ in swaps:
             setattr(module, name, original)
+
+
+def _squeezed_index(self: Any) -> int:
+    return int(np.asarray(self.handle.data).squeeze())
+
+
+@contextlib.contextmanager
+def _language_patches_undone() -> Iterator[None]:
+    """Put triton.language back as it was once the interpreted kernel is done.
+
+    Triton's interpreter patches the language's builtins for interpreted code, and for a device-function call
+    (the standard library, `tl.reduce`'s combine functions) it never undoes them (Triton 3.6 to 3.9): a CUDA
+    compile later in the same process then meets interpreter builtins ("'value' object has no attribute
+    'dtype'"). Each patch is recorded, and the state before the first one restored. Also, Triton < 3.9 turns a
+    size argument into a 1-element array and indexes it with `int(array)`, which NumPy 2 refuses
+    (`range(0, rnumel, RBLOCK)`): squeeze it first, as Triton 3.9 does."""
+    patch = getattr(triton_interpreter, "_patch_lang", None)
+    if patch is None:  # pragma: no cover - a Triton without this internal: nothing to undo
+        yield
+        return
+    before: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+
+    def recording(fn: Any) -> Any:
+        scope = patch(fn)
+        if hasattr(scope, "set_attr"):
+            scope.set_attr(tl.tensor, "__index__", _squeezed_index)
+        for obj, name, value in list(getattr(scope, "_changes", ())):
+            before.setdefault((id(obj), name), (obj, name, value))
+        return scope
+
+    triton_interpreter._patch_lang = recording  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        triton_interpreter._patch_lang = patch  # type: ignore[attr-defined]
+        missing = getattr(triton_interpreter, "_MISSING", None)
+        for obj, name, value in before.values():
+            inherited = isinstance(obj, type) and any(vars(base).get(name) is value for base in obj.__mro__[1:])
+            if (value is missing and missing is not None) or inherited:
+                if name in vars(obj):
+                    delattr(obj, name)  # it was not the object's own attribute (tensor.__repr__ is object's)
+            else:
+                setattr(obj, name, value)
 
 
 _SWAPS: list[tuple[Any, str, Any, Any]] = []
