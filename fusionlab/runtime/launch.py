@@ -28,6 +28,8 @@ class KernelHandle:
     autotune: bool = False
     tuned: dict[KernelShape, LaunchConfig] = field(default_factory=dict)
     tuning: dict[KernelShape, dict[LaunchConfig, float]] = field(default_factory=dict)  # measured ms per config
+    # (xnumel, rnumel, device index) -> (kernel, grid, numels, warps, meta): launches after the first skip all choice
+    ready: dict[tuple[int, int, int | None], tuple[Any, ...]] = field(default_factory=dict)
 
     def function(self, backend: str) -> Any:
         if backend not in self.modules:
@@ -35,7 +37,13 @@ class KernelHandle:
         return self.modules[backend][self.name]
 
     def launch(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
-        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        device = args[0].device  # the first kernel argument is always a tensor (an input or an output)
+        if device.type == "cuda":
+            fast = self.ready.get((xnumel, rnumel, device.index))
+            if fast is not None and device.index == torch.cuda.current_device():
+                # The hot path: one dict lookup, then Triton's launcher (which launches on the current device).
+                fast[0][fast[1]](*args, *fast[2], num_warps=fast[3], **fast[4])
+                return
         backend = "cuda" if device.type == "cuda" else "interpreter"
         shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy)
         self.backends_used.add(backend)
@@ -53,6 +61,14 @@ class KernelHandle:
                 compiled = self._run(backend, config, shape, args)
             if self.compiled is None:
                 self.compiled = compiled
+            if device.index == torch.cuda.current_device():
+                meta: dict[str, Any] = {"XBLOCK": config.XBLOCK}
+                numels: tuple[int, ...] = (shape.xnumel,)
+                if self.kind != "pointwise":
+                    meta["RBLOCK"] = config.RBLOCK
+                    numels = (shape.xnumel, shape.rnumel)
+                self.ready[(xnumel, rnumel, device.index)] = (self.function("cuda"), config.grid(shape), numels,
+                                                             config.num_warps, meta)
         self.last_config = config
 
     def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
