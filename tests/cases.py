@@ -12,6 +12,7 @@ tolerance does not fit, its own tolerance. Tests mirror this table; nothing here
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,8 +48,6 @@ class Case:
     def callable_on(self, device: str) -> Callable[..., Any]:
         """The function, or a copy of the module moved to `device`."""
         if isinstance(self.fn, nn.Module):
-            import copy
-
             return copy.deepcopy(self.fn).to(device).eval()
         return self.fn
 
