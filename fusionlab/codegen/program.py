@@ -198,8 +198,12 @@ def flatten_call(captured: CaptureResult, args: tuple[Any, ...], kwargs: dict[st
     """User arguments -> the graph's tensor inputs (parameters first), checking the specialised scalars."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     if spec != captured.input_spec:
-        raise TypeError(f"called with a different argument structure than captured ({spec} vs "
-                        f"{captured.input_spec}): pass arguments the way the example inputs were passed")
+        expected_args, expected_kwargs = pytree.tree_unflatten([None] * captured.input_spec.num_leaves,
+                                                               captured.input_spec)
+        raise TypeError(f"called with {len(args)} positional argument(s) and keywords {sorted(kwargs)} holding "
+                        f"{len(leaves)} values; the example inputs were {len(expected_args)} positional argument(s) "
+                        f"and keywords {sorted(expected_kwargs)} holding {captured.input_spec.num_leaves} values: pass "
+                        "arguments the way the example inputs were passed (or explore again)")
     for position, expected in captured.constant_leaves:
         if leaves[position] != expected:
             raise ValueError(f"argument {position} was {expected!r} at capture and is {leaves[position]!r} now: "
