@@ -12,6 +12,7 @@ kernels, generated on the CPU) and the unfused plan (fusionlab with policy "none
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -67,6 +68,9 @@ def benchmark(
     known = find(fn)
     name = str(workload or (known.name if known else getattr(fn, "__name__", type(fn).__name__)))
     rows: list[BenchRow] = []
+    keywords = dict(exploration.example_kwargs)
+    if keywords:  # eager and Inductor see the same keyword arguments as the exploration
+        fn = functools.partial(exploration.fn, **keywords)
 
     def emit(row: BenchRow) -> None:
         rows.append(row)
@@ -76,11 +80,11 @@ def benchmark(
     with _steps(progress, total=5, description=f"benchmark {name}") as step:
         step("correctness")
         fresh = fresh_inputs(inputs)
-        flat = exploration.flat_inputs(fresh, {})
+        flat = exploration.flat_inputs(fresh, keywords)
         with torch.no_grad():
             expected = fn(*fresh)
         start = time.perf_counter()
-        actual = exploration(*fresh)
+        actual = exploration(*fresh, **keywords)
         _synchronize(where)
         first_call = time.perf_counter() - start
         assert_outputs_close(actual, expected, f"fusionlab's program for {name}")
@@ -246,7 +250,7 @@ def _unfused_groups(exploration: Any) -> list[Any] | None:
     from fusionlab.explore import explore
 
     try:
-        plain = explore(exploration.fn, *exploration.example_inputs, policy="none")
+        plain = explore(exploration.fn, *exploration.example_inputs, policy="none", **exploration.example_kwargs)
         return [g for g in plain.fused.groups if g.kind in _LAUNCHING_KINDS]
     except Exception:  # the unfused plan is a comparison only: leave its row out rather than fail
         return None

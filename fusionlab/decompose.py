@@ -147,9 +147,10 @@ class Builder:
 
     def full(self, value: Scalar, like: Ref, dtype: torch.dtype | None = None) -> Ref:
         """A constant broadcast to `like`'s shape (a pointwise copy of a scalar)."""
-        kind = like if dtype is None else self.cast(like, dtype)
-        zero = self.pointwise("mul", kind, 0)
-        return self.pointwise("add", zero, value)
+        # `where(c, value, value)` is `value` for every element, whatever `like` holds (like * 0 would turn an
+        # infinity or a NaN in `like` into NaN).
+        target = dtype or self.type_of(like).dtype
+        return self.pointwise("where", self.pointwise("isnan", like), value, value, dtype=target)
 
     # -- views -------------------------------------------------------------------------------------
     def reshape(self, value: Ref, shape: Sequence[Dim]) -> Ref:

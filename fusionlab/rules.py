@@ -58,7 +58,7 @@ def _sub(b: Builder, x: Any, y: Any, alpha: Any = 1) -> Ref:
 
 
 def _rsub(b: Builder, x: Any, y: Any, alpha: Any = 1) -> Ref:
-    return _sub(b, y, x, alpha) if isinstance(y, Ref) else _sub(b, b.full(y, x), x, alpha)
+    return _sub(b, y, x, alpha)  # `pointwise` takes a scalar on either side
 
 
 def _div(b: Builder, x: Any, y: Any, rounding_mode: str | None = None) -> Ref:
@@ -98,7 +98,6 @@ for _name in ("mul", "maximum", "minimum", "atan2", "fmod", "remainder", "floor_
               "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
               "logical_xor"):
     RULES[getattr(aten, _name)] = _binary(_name)
-RULES[aten.mul] = _binary("mul")
 RULES[aten.add] = _add
 RULES[aten.sub] = _sub
 RULES[aten.rsub] = _rsub

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import html
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,11 @@ def _html(stage: Any) -> str:
     body = html.escape(stage.as_text())
     return (f"<details open><summary><code>{title}</code></summary>"
             f"<pre style='font-size:12px;line-height:1.3'>{body}</pre></details>")
+
+
+def _rename_words(text: str, names: dict[str, str]) -> str:
+    """Replace whole identifiers only (`arg0_1` must not rewrite `arg0_10`)."""
+    return re.sub(r"\b\w+\b", lambda match: names.get(match.group(0), match.group(0)), text)
 
 
 def _show(stage: Any) -> Any:
@@ -91,9 +97,7 @@ class Captured(_Stage):
         params = ", ".join(f'{names[s.placeholder]}: "{s.type.text()}"' for s in self.inputs)
         lines = [f"# captured by fusionlab.capture in {self.seconds:.2f} s", f"def forward({params}):"]
         for node in self.aten_nodes:
-            args = node.args_text
-            for placeholder, name in names.items():
-                args = args.replace(placeholder, name) if placeholder != name else args
+            args = _rename_words(node.args_text, names)
             kind = f': "{node.type.text()}"' if node.type else ""
             lines.append(f"    {node.name}{kind} = {node.target}({comment(args)})")
         lines.append(f"    return ({', '.join(self.outputs)},)")

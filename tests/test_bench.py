@@ -90,6 +90,7 @@ def test_wrong_results_stop_the_benchmark_before_timing() -> None:
     class Broken:
         fn = staticmethod(torch.relu)
         example_inputs = (torch.randn(8, 8),)
+        example_kwargs: dict[str, Any] = {}
 
         def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
             return list(args)

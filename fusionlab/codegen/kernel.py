@@ -139,7 +139,9 @@ class KernelWriter:
         self.graph, self.group, self.name, self.contiguous = graph, group, name, contiguous
         self.domain = group.domain
         self.members = set(group.nodes)
-        self.namer = Namer({"xindex", "rindex", "xmask", "rmask", "mask", "xnumel", "rnumel", "XBLOCK", "RBLOCK",
+        # Index variables (d0, d1, ...) are reserved up front so no value name can take them.
+        self.namer = Namer({f"d{i}" for i in range(len(group.domain.shape))} | {
+                            "xindex", "rindex", "xmask", "rmask", "mask", "xnumel", "rnumel", "XBLOCK", "RBLOCK",
                             "roffset", "xoffset", "take", "candidate"})
         self.arguments: dict[str, KernelArgument] = {}
         self.reduction = self.domain.is_reduction
@@ -354,7 +356,7 @@ class KernelWriter:
         dtype = compute_dtype(node.type.dtype)
         operand_dtype = node.type.dtype
         refs = [a for a in node.args if isinstance(a, Ref)]
-        if refs:
+        if node.op != "where" and refs:  # where's data operands have the node's own dtype
             operand_dtype = self.graph[refs[-1].name].type.dtype
         operands = []
         for index, arg in enumerate(node.args):
@@ -388,7 +390,9 @@ class KernelWriter:
         tl_type = TRITON_DTYPES[accumulate]
         identity = {"sum": "0", "mean": "0", "prod": "1", "amax": 'float("-inf")', "amin": 'float("inf")',
                     "argmax": 'float("-inf")', "argmin": 'float("inf")'}[node.op]
-        if not accumulate.is_floating_point and node.op in ("amax", "argmax", "amin", "argmin"):
+        if accumulate == torch.bool and node.op in ("amax", "argmax", "amin", "argmin"):
+            identity = "0" if node.op in ("amax", "argmax") else "1"
+        elif not accumulate.is_floating_point and node.op in ("amax", "argmax", "amin", "argmin"):
             info = torch.iinfo(accumulate)
             identity = str(info.min if node.op in ("amax", "argmax") else info.max)
         result = self.namer.identifier(node.name)
@@ -411,11 +415,12 @@ class KernelWriter:
                 }[node.op]
                 self.top.lines.append(f"    {result} = {line}")
         else:
-            accumulator = f"acc_{result}"
+            accumulator = self.namer.identifier(f"acc_{result}")
+            positions = self.namer.identifier(f"{accumulator}_index")
             lines = self.top.lines
             lines.append(f"    {accumulator} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_type})")
             if node.op in ("argmax", "argmin"):
-                lines.append(f"    {accumulator}_index = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
+                lines.append(f"    {positions} = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
             loop = self._open_loop()
             value = self.emit(source.name, self.full_map(), loop)
             masked = f"tl.where(mask, {value}, {identity})"
@@ -433,8 +438,8 @@ class KernelWriter:
                 loop.lines.append(f"{pad}candidate = {masked}")
                 loop.lines.append(f"{pad}take = (candidate {better} {accumulator}) | ((candidate != candidate) & "
                                   f"({accumulator} == {accumulator}))")
-                loop.lines.append(f"{pad}{accumulator}_index = tl.where(take, rindex + {accumulator}_index * 0, "
-                                  f"{accumulator}_index)")
+                loop.lines.append(f"{pad}{positions} = tl.where(take, rindex + {positions} * 0, "
+                                  f"{positions})")
                 loop.lines.append(f"{pad}{accumulator} = tl.where(take, candidate, {accumulator})")
             lines.extend(loop.lines)
             final = {
@@ -447,7 +452,7 @@ class KernelWriter:
                 lines.append(f"    {result} = {final[node.op]}")
             else:
                 extreme = self.namer.identifier(f"{result}_value")
-                lines.append(f"    {extreme}, {result} = tl.reduce(({accumulator}, {accumulator}_index), 1, "
+                lines.append(f"    {extreme}, {result} = tl.reduce(({accumulator}, {positions}), 1, "
                              f"_{node.op})")
                 lines.append(f"    {result} = {result}{keep}")
         self.globals[node.name] = result

@@ -51,13 +51,18 @@ class ProgramWriter:
                  force_looped: bool = False) -> None:
         self.graph, self.fused, self.captured = graph, fused, captured
         self.force_looped = force_looped
-        self.namer = Namer({"torch", "empty", "launch", "device"})
+        # Size symbols (s0, s1, ...) are spelled by sympy: reserve them so no argument can take their names.
+        self.namer = Namer({"torch", "empty", "launch", "device"} | {str(b.symbol) for b in captured.symbols})
         self.constants: dict[str, Any] = {}
         self.lines: list[str] = []
         self.kernels: list[KernelSource] = []
 
     def var(self, value: str) -> str:
         return self.namer.identifier(value, f"value:{value}")
+
+    def all_outputs(self, extern: str) -> str:
+        """The tuple an extern op with several outputs returns."""
+        return self.namer.identifier(f"{extern}_all", f"all:{extern}")
 
     def constant(self, value: Any, hint: str) -> str:
         if value is None or isinstance(value, (bool, int, str)):
@@ -132,8 +137,7 @@ class ProgramWriter:
         rendered += [f"{k}={self.render_arg(v, node.op)}" for k, v in call_kwargs.items()]
         target = self.var(node.name)
         if node.param("outputs"):
-            target = f"{target}_all"
-            self.namer.taken.add(target)
+            target = self.all_outputs(node.name)
         self.lines.append(f"    {target} = {op}({', '.join(rendered)})  # extern: {comment(node.op)} runs eagerly")
         if node.param("outputs"):
             self.lines.append(f"    {self.var(node.name)} = {target}[0]")
@@ -142,8 +146,7 @@ class ProgramWriter:
         source = self.var(node.inputs[0])
         target = self.var(node.name)
         if node.op == "output_of":
-            extern = self.var(node.inputs[0])
-            self.lines.append(f"    {target} = {extern}_all[{int(node.param('index'))}]")
+            self.lines.append(f"    {target} = {self.all_outputs(node.inputs[0])}[{int(node.param('index'))}]")
             return
         if node.op == "reshape":
             expr = f"{source}.reshape({render_shape(node.type.shape)})"

@@ -7,14 +7,14 @@ def reduction_0_sum(in_x, out_sum, stride_x_0, stride_x_1, xnumel, rnumel, XBLOC
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
     d1 = xindex
-    acc_sum_ = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    acc_sum = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     for roffset in range(0, rnumel, RBLOCK):
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = rindex < rnumel
         mask = xmask & rmask
         x = tl.load(in_x + rindex * stride_x_0 + d1 * stride_x_1, mask=mask, other=0)
-        acc_sum_ = acc_sum_ + tl.where(mask, x, 0)
-    sum_ = tl.sum(acc_sum_, 1)[:, None]
+        acc_sum = acc_sum + tl.where(mask, x, 0)
+    sum_ = tl.sum(acc_sum, 1)[:, None]
     tl.store(out_sum + xindex, sum_, mask=xmask)
 
 
