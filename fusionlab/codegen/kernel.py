@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusionlab.decompose import compute_dtype
+from fusionlab.builder import compute_dtype
 from fusionlab.fusion.domain import Domain, alignment, non_unit
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Node, Ref, contiguous_strides, static_value

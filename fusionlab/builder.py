@@ -1,0 +1,203 @@
+"""The Builder that decomposition rules call: it appends primitive nodes (pointwise, reduction, view) with
+PyTorch's type promotion and broadcasting made explicit, and shares common subexpressions.
+
+    >>> b = Builder([], {"x": TensorType((4, 8), torch.float32)})
+    >>> b.pointwise("add", Ref("x"), 1.0)
+    Ref(name='add')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fusionlab.ir import Arg, Dim, Node, Ref, Scalar, TensorType
+from fusionlab.names import sanitize
+from fusionlab.primitives import POINTWISE
+
+Rule = Callable[..., Any]
+
+
+class RuleNotApplicable(Exception):
+    """A rule met arguments it does not handle: the op runs as an extern op instead."""
+
+
+# The dtypes a generated kernel loads, computes and stores (complex, unsigned and float8 values run as extern ops).
+KERNEL_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                           torch.int16, torch.int8, torch.uint8, torch.bool})
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half-precision values are computed in float32 and stored in their own dtype."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _broadcast_shape(shapes: Sequence[tuple[Dim, ...]]) -> tuple[Dim, ...]:
+    rank = max((len(s) for s in shapes), default=0)
+    result: list[Dim] = [1] * rank
+    for shape in shapes:
+        padded = (1,) * (rank - len(shape)) + tuple(shape)
+        for i, dim in enumerate(padded):
+            if dim != 1:
+                if result[i] != 1 and result[i] != dim:
+                    raise RuleNotApplicable(f"shapes {shapes} do not broadcast")
+                result[i] = dim
+    return tuple(result)
+
+
+@dataclass
+class Builder:
+    """Appends primitive nodes; rules call its verbs. `expected` is the aten node's own output type."""
+
+    nodes: list[Node]
+    types: dict[str, TensorType]
+    origin: str = ""
+    expected: Any = None
+    _counts: dict[str, int] | None = None
+    _seen: dict[Any, Ref] = field(default_factory=dict)
+
+    def type_of(self, value: Ref) -> TensorType:
+        return self.types[value.name]
+
+    def _add(self, kind: str, op: str, args: tuple[Arg, ...], out: TensorType,
+             params: dict[str, Any] | None = None, base: str | None = None) -> Ref:
+        if kind in ("pointwise", "reduction"):
+            for dtype in [out.dtype] + [self.types[a.name].dtype for a in args if isinstance(a, Ref)]:
+                if dtype not in KERNEL_DTYPES:
+                    raise RuleNotApplicable(f"kernels do not compute on {dtype} values")
+        key: tuple[Any, ...] | None = (kind, op, args, tuple(sorted((params or {}).items())), out)
+        if kind in ("pointwise", "reduction", "view"):
+            try:
+                existing = self._seen.get(key)
+            except TypeError:  # an unhashable parameter: no sharing
+                existing, key = None, None
+            if existing is not None:
+                return existing  # common subexpression: `x + r` written twice is computed once
+        counts = self._counts if self._counts is not None else {}
+        self._counts = counts
+        base = base or (op if op.isidentifier() else sanitize(op.split(".")[1] if op.count(".") >= 1 else op))
+        number = counts.get(base, 0)
+        counts[base] = number + 1
+        name = base if number == 0 else f"{base}_{number}"
+        while name in self.types:
+            number += 1
+            counts[base] = number + 1
+            name = f"{base}_{number}"
+        node = Node(name, kind, op, args, out, tuple(sorted((params or {}).items())), self.origin)  # type: ignore[arg-type]
+        self.nodes.append(node)
+        self.types[name] = out
+        if kind in ("pointwise", "reduction", "view") and key is not None:
+            self._seen[key] = Ref(name)
+        return Ref(name)
+
+    # -- pointwise ---------------------------------------------------------------------------------
+    def result_dtype(self, *operands: Arg) -> torch.dtype:
+        examples: list[Any] = []
+        for operand in operands:
+            if isinstance(operand, Ref):
+                examples.append(torch.empty(1, dtype=self.type_of(operand).dtype))
+            elif operand is not None:
+                examples.append(operand)
+        result = examples[0] if len(examples) == 1 and isinstance(examples[0], torch.Tensor) else None
+        if result is not None:
+            return result.dtype
+        dtype = torch.result_type(examples[0], examples[1]) if len(examples) > 1 else torch.float32
+        for extra in examples[2:]:
+            dtype = torch.promote_types(dtype, torch.result_type(torch.empty(1, dtype=dtype), extra))
+        return dtype
+
+    def pointwise(self, op: str, *operands: Arg, dtype: torch.dtype | None = None) -> Ref:
+        """`op` over broadcast operands, computed in their common dtype; returns a value of `dtype`."""
+        primitive = POINTWISE[op]
+        if len(operands) != primitive.arity:
+            raise RuleNotApplicable(f"{op} takes {primitive.arity} operands, got {len(operands)}")
+        data = operands[1:] if op == "where" else operands
+        common = self.result_dtype(*data)
+        if primitive.returns_bool:
+            out_dtype = torch.bool
+        else:
+            out_dtype = dtype or common
+        shape = _broadcast_shape([self.type_of(o).shape for o in operands if isinstance(o, Ref)])
+        prepared: list[Arg] = []
+        for index, operand in enumerate(operands):
+            if isinstance(operand, Ref):
+                target = torch.bool if (op == "where" and index == 0) else common
+                operand = self.broadcast(self.cast(operand, target), shape)
+            prepared.append(operand)
+        node_dtype = torch.bool if primitive.returns_bool else common
+        result = self._add("pointwise", op, tuple(prepared), TensorType(shape, node_dtype))
+        return self.cast(result, out_dtype)
+
+    def cast(self, value: Ref, dtype: torch.dtype) -> Ref:
+        current = self.type_of(value)
+        if current.dtype == dtype:
+            return value
+        return self._add("pointwise", "cast", (value,), current.with_dtype(dtype), {"dtype": dtype})
+
+    def constant(self, value: Scalar, dtype: torch.dtype) -> Ref:
+        """A 0-d constant: a pointwise copy of a literal, broadcast (index arithmetic) where it is used."""
+        return self._add("pointwise", "copy", (value,), TensorType((), dtype))
+
+    def full(self, value: Scalar, like: Ref, dtype: torch.dtype | None = None) -> Ref:
+        """A constant broadcast to `like`'s shape (a pointwise copy of a scalar)."""
+        # `where(c, value, value)` is `value` for every element, whatever `like` holds (like * 0 would turn an
+        # infinity or a NaN in `like` into NaN).
+        target = dtype or self.type_of(like).dtype
+        return self.pointwise("where", self.pointwise("isnan", like), value, value, dtype=target)
+
+    # -- views -------------------------------------------------------------------------------------
+    def reshape(self, value: Ref, shape: Sequence[Dim]) -> Ref:
+        current = self.type_of(value)
+        if tuple(current.shape) == tuple(shape):
+            return value
+        return self._add("view", "reshape", (value,), TensorType(tuple(shape), current.dtype),
+                         {"shape": tuple(shape)})
+
+    def broadcast(self, value: Ref, shape: tuple[Dim, ...]) -> Ref:
+        current = self.type_of(value)
+        if tuple(current.shape) == shape:
+            return value
+        padded = (1,) * (len(shape) - current.rank) + tuple(current.shape)
+        value = self.reshape(value, padded)
+        if padded == shape:
+            return value
+        return self._add("view", "expand", (value,), TensorType(shape, current.dtype), {"shape": shape})
+
+    def view(self, op: str, value: Ref, out_shape: tuple[Dim, ...], **params: Any) -> Ref:
+        current = self.type_of(value)
+        return self._add("view", op, (value,), TensorType(out_shape, current.dtype), params)
+
+    # -- reductions --------------------------------------------------------------------------------
+    def reduce(self, op: str, value: Ref, axes: Sequence[int], keepdim: bool,
+               dtype: torch.dtype | None = None) -> Ref:
+        current = self.type_of(value)
+        rank = current.rank
+        axes = tuple(sorted({a % rank for a in axes})) if rank else ()
+        if not axes:
+            if rank == 0:
+                return self.pointwise("copy", value) if op not in ("argmax", "argmin") else self.full(0, value,
+                                                                                                    torch.int64)
+            axes = tuple(range(rank))
+        if dtype is not None:
+            value = self.cast(value, dtype)
+            current = self.type_of(value)
+        if op in ("sum", "prod") and dtype is None and not current.dtype.is_floating_point \
+                and not current.dtype.is_complex:
+            value = self.cast(value, torch.int64)
+            current = self.type_of(value)
+        shape = tuple((1 if i in axes else d) for i, d in enumerate(current.shape) if keepdim or i not in axes)
+        out_dtype = torch.int64 if op in ("argmax", "argmin") else current.dtype
+        return self._add("reduction", op, (value,), TensorType(shape, out_dtype),
+                         {"axes": axes, "keepdim": keepdim})
+
+    def reduced_numel(self, value: Ref, axes: Sequence[int]) -> int:
+        shape = self.type_of(value).shape
+        count: Any = 1
+        for axis in ({a % len(shape) for a in axes} if axes else range(len(shape))):
+            count = count * shape[axis]
+        if not isinstance(count, int) and not getattr(count, "is_number", False):
+            raise RuleNotApplicable("the reduced size is symbolic")
+        return int(count)
