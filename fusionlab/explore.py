@@ -21,7 +21,7 @@ import torch.utils._pytree as pytree
 from fusionlab.capture import TENSOR_SLOT, capture
 from fusionlab.codegen.program import flatten_call, generate_program
 from fusionlab.decompose import decompose
-from fusionlab.fusion.fuse import fuse
+from fusionlab.fusion.fuse import FuseResult, fuse
 from fusionlab.fusion.policy import Policy, resolve_policy
 from fusionlab.runtime.interpreter import triton
 from fusionlab.runtime.launch import KernelHandle, LaunchRecorder, empty
@@ -92,9 +92,7 @@ class Exploration:
                                    self.looped_reductions)
         return Generated(program, self.fused, time.perf_counter() - start)
 
-    def _fuse_result(self) -> Any:
-        from fusionlab.fusion.fuse import FuseResult
-
+    def _fuse_result(self) -> FuseResult:
         fused = self.fused
         return FuseResult(fused.groups, fused.decisions, fused.partitions)
 
@@ -102,9 +100,7 @@ class Exploration:
     def compiled(self) -> Compiled:
         start = time.perf_counter()
         generated = self.generated
-        from fusionlab.codegen.program import KERNEL_PREAMBLE
-
-        handles = tuple(KernelHandle(k.name, k.kind, KERNEL_PREAMBLE + "\n\n" + k.source, k.persistent,
+        handles = tuple(KernelHandle(k.name, k.kind, generated.kernel_module(k), k.persistent,
                                      heavy=k.heavy, autotune=self.autotune) for k in generated.kernels)
         namespace: dict[str, Any] = {"torch": torch, "empty": empty, "triton": triton}
         namespace.update(generated.program.namespace_constants)

@@ -19,7 +19,7 @@ import torch
 from fusionlab.builder import compute_dtype
 from fusionlab.fusion.domain import Domain, alignment, non_unit
 from fusionlab.fusion.fuse import FusionGroup
-from fusionlab.ir import Graph, Node, Ref, contiguous_strides, static_value
+from fusionlab.ir import Graph, Node, Ref, static_value
 from fusionlab.names import Namer, comment
 from fusionlab.primitives import INTEGER_OVERRIDES, POINTWISE
 
@@ -353,7 +353,6 @@ class KernelWriter:
     def _pointwise(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
         if node.op == "cat":
             return self._concatenate(node, index_map, scope)
-        dtype = compute_dtype(node.type.dtype)
         operand_dtype = node.type.dtype
         refs = [a for a in node.args if isinstance(a, Ref)]
         if node.op != "where" and refs:  # where's data operands have the node's own dtype
@@ -379,7 +378,6 @@ class KernelWriter:
         primitive = POINTWISE[node.op]
         if not operand_dtype.is_floating_point and node.op in INTEGER_OVERRIDES:
             return INTEGER_OVERRIDES[node.op].format(*operands)
-        del dtype
         return primitive.render(operands)
 
     def _reduce(self, node: Node, scope: _Scope) -> str:
@@ -480,8 +478,6 @@ class KernelWriter:
         if level == "row":
             offset = "xindex"
         elif self.reduction and not self._trailing_axes():
-            strides = contiguous_strides(tuple(self.domain.shape))
-            del strides
             terms = []
             for dim in range(len(self.domain.shape)):
                 later = [self._size(d) for d in range(dim + 1, len(self.domain.shape))]

@@ -221,8 +221,15 @@ def _check_names(graph: Graph, pairs: set[tuple[str, str]]) -> None:
 def _decide(partition: _Partition, policy: Policy, producer: str, consumer: str, pair: tuple[str, str],
             forbidden: set[tuple[str, str]], forced: set[tuple[str, str]]) -> Verdict:
     members = partition.members[producer] + partition.members[consumer]
-    legal = analyse(partition.graph, members, partition.stored(members))
-    cycle = partition.creates_cycle(producer, consumer)
+
+    def legality() -> str | None:  # computed only when the pair could fuse: it walks the graph
+        found = analyse(partition.graph, members, partition.stored(members))
+        if isinstance(found, str):
+            return found
+        if partition.creates_cycle(producer, consumer):
+            return "fusing them would create a cycle: another kernel sits between them"
+        return None
+
     # A forced pair also pulls in the views between them (a reduction reaches its epilogue through an expand).
     sources = partition.members[producer] + (partition.external_inputs(producer)
                                              if partition.info(producer).kind == "view" else [])
@@ -231,18 +238,15 @@ def _decide(partition: _Partition, policy: Policy, producer: str, consumer: str,
                                 for a, b in forbidden):
         return Verdict(False, "forbidden by the user (with_fusion(forbid=...))")
     if is_forced:
-        if isinstance(legal, str) or cycle:
-            reason = legal if isinstance(legal, str) else "fusing them would create a cycle between kernels"
-            raise FusionError(f"cannot force fusing {pair[0]} into {pair[1]}: {reason}")
+        blocker = legality()
+        if blocker is not None:
+            raise FusionError(f"cannot force fusing {pair[0]} into {pair[1]}: {blocker}")
         return Verdict(True, "forced by the user (with_fusion(force=...))")
     verdict = policy.can_fuse(partition.info(producer), partition.info(consumer))
     if not verdict.ok:
         return verdict
-    if isinstance(legal, str):
-        return Verdict(False, legal)
-    if cycle:
-        return Verdict(False, "fusing them would create a cycle: another kernel sits between them")
-    return verdict
+    blocker = legality()
+    return verdict if blocker is None else Verdict(False, blocker)
 
 
 def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], index: int) -> FusionGroup:
