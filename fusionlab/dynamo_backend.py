@@ -6,6 +6,7 @@ each aten graph runs through fusionlab's pipeline.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,8 +17,8 @@ from torch._dynamo.backends.registry import register_backend
 from fusionlab.capture import TENSOR_SLOT
 from fusionlab.explore import Exploration, explore
 
-#: every graph compiled through the backend, newest last, for inspection in a notebook
-explorations: list[Exploration] = []
+#: the graphs compiled through the backend, newest last (the latest 64), for inspection in a notebook
+explorations: deque[Exploration] = deque(maxlen=64)
 
 
 def _real(value: Any) -> Any:

@@ -24,7 +24,7 @@ def test_forward_matches_eager_and_uses_fusionlab_kernels() -> None:
     x = torch.randn(4, 16)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
-    new = dynamo_backend.explorations[before:]
+    new = list(dynamo_backend.explorations)[before:]
     assert new, "the backend compiled no graph"
     assert any(e.fused.kernels for e in new), "no fusionlab kernel in the compiled graphs"
 
