@@ -7,4 +7,7 @@ FUSIONLAB_BROWSER=0 FUSIONLAB_EXTRAS=notebook bash scripts/setup.sh
 if [ "${1:-}" = "--headless" ]; then
   exec python3 -m fusionlab.notebooks_run notebooks/00_tour.ipynb
 fi
-exec python3 -m jupyter lab --ip=127.0.0.1 --no-browser notebooks/00_tour.ipynb
+root=()
+[ "$(id -u)" = 0 ] && root=(--allow-root)  # the quick start runs as root on a fresh machine
+# Loopback only, token authentication (the URL with the token is printed below).
+exec python3 -m jupyter lab --ip=127.0.0.1 --no-browser "${root[@]}" notebooks/00_tour.ipynb
