@@ -20,6 +20,8 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
+from fusionlab.verify import TOLERANCES
+
 __all__ = [
     "assert_outputs_close",
     "count_flops",
@@ -161,16 +163,9 @@ def fresh_inputs(inputs: tuple[Any, ...], seed: int = 1) -> tuple[Any, ...]:
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    """(rtol, atol) for comparing fused results with eager in `dtype`."""
-    # Eager rounds every intermediate to the low-precision dtype and a fused kernel keeps float32, so where
-    # values cancel the two differ by an ulp or two of the intermediates (bf16 ulp at 2..4: 0.0156).
-    if dtype in (torch.bfloat16,):
-        return 2e-2, 5e-2
-    if dtype in (torch.float16,):
-        return 1e-2, 1e-2
-    if dtype in (torch.float32,):
-        return 1e-4, 1e-4
-    return 1e-7, 1e-7
+    """(rtol, atol) for comparing fused results with eager in `dtype`: the table in `fusionlab.verify`."""
+    atol, rtol = TOLERANCES.get(dtype, (0.0, 0.0))
+    return rtol, atol
 
 
 def assert_outputs_close(actual: Any, expected: Any, what: str) -> None:

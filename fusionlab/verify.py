@@ -17,7 +17,10 @@ import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
 
-TOLERANCES = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2), torch.float32: (1e-4, 1e-4),
+# (atol, rtol) per dtype, for fused vs eager. Eager rounds every intermediate to a half-precision dtype and a fused
+# kernel keeps float32, so where values cancel the two differ by an ulp or two of the intermediates (a bfloat16 ulp
+# at 2..4 is 0.0156). Every other dtype must match exactly.
+TOLERANCES = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 2e-2), torch.float32: (1e-4, 1e-4),
               torch.float64: (1e-7, 1e-7)}
 
 
