@@ -152,3 +152,24 @@ def click_a_node_and_check_the_sources(page: Any, screenshot: str) -> None:
     assert explorer.locator("g.node.fl-selected").count() == 1
     explorer.screenshot(path=str(ARTIFACTS / screenshot))
     assert (ARTIFACTS / screenshot).stat().st_size > 10_000
+
+
+def run_all_cells(page: Any, name: str, *, open_timeout: int, run_timeout: int) -> None:
+    """In a JupyterLab-based app (JupyterLab, Notebook 7): wait until notebook `name` is open with an idle kernel,
+    run all cells (the command's promise resolves when the run ends), and fail on any traceback in the outputs."""
+    page.wait_for_function(
+        """(name) => {
+            const app = window.jupyterapp;
+            const widget = app && app.shell.currentWidget;
+            const context = widget && widget.context;
+            const kernel = widget && widget.sessionContext && widget.sessionContext.session
+                && widget.sessionContext.session.kernel;
+            return context && context.path === name && kernel && kernel.status === "idle";
+        }""", arg=name, timeout=open_timeout, polling=500)
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+        timeout=run_timeout, polling=500)
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
+                          ".jp-RenderedText:has-text('Traceback')")
+    assert errors.count() == 0, errors.first.inner_text()

@@ -21,6 +21,7 @@ from tests.browser_support import (
     click_a_node_and_check_the_sources,
     free_port,
     require_browser,
+    run_all_cells,
     serve,
     tour_folder,
 )
@@ -46,23 +47,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_tour_runs_in_jupyterlab_and_a_graph_click_moves_the_sources(lab: str) -> None:
     with chromium_page("browser_tour_failure.png") as page:
         page.goto(f"{lab}/lab/tree/{TOUR}?reset", timeout=120_000)
-        page.wait_for_function(
-            """(name) => {
-                const app = window.jupyterapp;
-                const widget = app && app.shell.currentWidget;
-                const context = widget && widget.context;
-                const kernel = widget && widget.sessionContext && widget.sessionContext.session
-                    && widget.sessionContext.session.kernel;
-                return context && context.path === name && kernel && kernel.status === "idle";
-            }""", arg=TOUR, timeout=180_000, polling=500)
-        # The command's promise resolves when the run ends; Playwright waits for it.
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_function(
-            "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-            timeout=480_000, polling=500)
-        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
-                              ".jp-RenderedText:has-text('Traceback')")
-        assert errors.count() == 0, errors.first.inner_text()
+        run_all_cells(page, TOUR, open_timeout=180_000, run_timeout=480_000)
 
         click_a_node_and_check_the_sources(page, "browser_tour_explorer.png")
         # The benchmark cell drew its charts into the TimingPlot's Output widget while it ran.

@@ -19,6 +19,7 @@ from tests.browser_support import (
     click_a_node_and_check_the_sources,
     free_port,
     require_browser,
+    run_all_cells,
     serve,
     tour_folder,
 )
@@ -47,22 +48,7 @@ def test_tour_runs_in_notebook7_and_a_graph_click_moves_the_sources(notebook7: s
     with chromium_page("frontends_notebook7_failure.png") as page:
         page.goto(f"{notebook7}/notebooks/{TOUR}", timeout=120_000)
         # Notebook 7 is a JupyterLab app with one main widget: the notebook panel.
-        page.wait_for_function(
-            """(name) => {
-                const app = window.jupyterapp;
-                const widget = app && app.shell.currentWidget;
-                const context = widget && widget.context;
-                const kernel = widget && widget.sessionContext && widget.sessionContext.session
-                    && widget.sessionContext.session.kernel;
-                return context && context.path === name && kernel && kernel.status === "idle";
-            }""", arg=TOUR, timeout=120_000, polling=500)
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_function(
-            "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-            timeout=240_000, polling=500)
-        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] "
-                              ".jp-RenderedText:has-text('Traceback')")
-        assert errors.count() == 0, errors.first.inner_text()
+        run_all_cells(page, TOUR, open_timeout=120_000, run_timeout=240_000)
         click_a_node_and_check_the_sources(page, "frontends_notebook7_explorer.png")
 
 
