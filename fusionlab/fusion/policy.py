@@ -65,6 +65,10 @@ def _extern_reason(producer: GroupInfo, consumer: GroupInfo) -> Verdict | None:
     return None
 
 
+POINTWISE_PAIR = Verdict(True, "both are pointwise over the same elements: one pass, the intermediate stays in "
+                               "registers")
+
+
 class NoFusion:
     """One kernel per primitive: the unfused baseline."""
 
@@ -88,8 +92,7 @@ class PointwiseFusion:
             return blocked
         if producer.kind == "reduction" or consumer.kind == "reduction":
             return Verdict(False, "policy 'pointwise' keeps reductions in kernels of their own")
-        return Verdict(True, "both are pointwise over the same elements: one pass, the intermediate stays in "
-                             "registers")
+        return POINTWISE_PAIR
 
     def score(self, producer: GroupInfo, consumer: GroupInfo) -> int:
         return 1
@@ -111,8 +114,7 @@ class DefaultFusion:
             return Verdict(True, "pointwise prologue of a reduction: computed as the rows are loaded")
         if producer.kind == "reduction":
             return Verdict(True, "pointwise epilogue of a reduction: applied before the result is stored")
-        return Verdict(True, "both are pointwise over the same elements: one pass, the intermediate stays in "
-                             "registers")
+        return POINTWISE_PAIR
 
     def score(self, producer: GroupInfo, consumer: GroupInfo) -> int:
         return 2 if "reduction" in (producer.kind, consumer.kind) else 1
