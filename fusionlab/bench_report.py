@@ -127,7 +127,7 @@ class BenchReport:
         names = [f.name for f in fields(BenchRow)]
         head = "".join(f"<th>{escape(name)}</th>" for name in names)
         body = "".join(
-            "<tr>" + "".join(f"<td>{escape(_cell(getattr(r, name)))}</td>" for name in names) + "</tr>"
+            "<tr>" + "".join(f"<td>{escape(format_cell(getattr(r, name)))}</td>" for name in names) + "</tr>"
             for r in self.rows
         )
         recorded = ""
@@ -150,7 +150,8 @@ def _number(value: float | int | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _cell(value: Any) -> str:
+def format_cell(value: Any) -> str:
+    """A table cell: blank for None, 4 significant digits for floats."""
     if value is None:
         return ""
     if isinstance(value, float):

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from fusionlab.bench import BenchReport, benchmark
+from fusionlab.bench_report import format_cell
 from fusionlab.devices import DeviceProfile
 from fusionlab.explore import explore
 from fusionlab.workloads import Size, Workload, default_dtype, get, names
@@ -163,7 +164,7 @@ def write_results(rows: Sequence[dict[str, Any]], folder: str | Path) -> tuple[P
         writer = csv.DictWriter(handle, fieldnames=list(SUITE_COLUMNS))
         writer.writeheader()
         for row in rows:
-            writer.writerow({column: _format(row.get(column)) for column in SUITE_COLUMNS})
+            writer.writerow({column: format_cell(row.get(column)) for column in SUITE_COLUMNS})
     markdown_path.write_text(markdown_table(rows) + "\n", encoding="utf-8")
     return csv_path, markdown_path
 
@@ -174,7 +175,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     rule = "|" + "|".join("---" for _ in _MARKDOWN_COLUMNS) + "|"
     lines = [header, rule]
     for row in rows:
-        cells = [_format(row.get(column)) for column in _MARKDOWN_COLUMNS]
+        cells = [format_cell(row.get(column)) for column in _MARKDOWN_COLUMNS]
         if row.get("error"):
             cells[4] = " ".join(f"failed: {row['error']}".split())[:160].replace("|", "/")
         lines.append("| " + " | ".join(cells) + " |")
@@ -188,11 +189,3 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
             "fusionlab_timing says whether fusionlab was measured or modelled; compile_s: cold, caches off."
         )
     return "\n".join(lines)
-
-
-def _format(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
