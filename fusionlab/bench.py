@@ -42,7 +42,7 @@ from fusionlab.workloads import find, tensor_bytes
 __all__ = ["BenchReport", "BenchRow", "benchmark", "recorded_results"]
 
 RowCallback = Callable[[BenchRow], None]
-_LAUNCHING_KINDS = ("pointwise", "reduction", "extern")
+_LAUNCHING_KINDS = ("pointwise", "reduction", "matmul", "extern")
 
 
 def benchmark(

@@ -23,8 +23,10 @@ from fusionlab.codegen.program import flatten_call, generate_program
 from fusionlab.decompose import decompose
 from fusionlab.fusion.fuse import FuseResult, fuse
 from fusionlab.fusion.policy import Policy, resolve_policy
+from fusionlab.matmul_rules import decomposition_rules
 from fusionlab.runtime.interpreter import triton
 from fusionlab.runtime.launch import KernelHandle, LaunchRecorder, empty
+from fusionlab.runtime.matmul import handle_for
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated
 from fusionlab.verify import VerifyReport, check_inputs, random_like_inputs, verify_outputs
 
@@ -37,7 +39,7 @@ class Exploration:
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  policy: str | Policy = "default", dynamic: bool = False, forbid: Sequence[tuple[str, str]] = (),
                  force: Sequence[tuple[str, str]] = (), looped_reductions: bool = False, autotune: bool = False,
-                 _shared: dict[str, Any] | None = None) -> None:
+                 matmul: str = "extern", _shared: dict[str, Any] | None = None) -> None:
         self.fn = fn
         self.example_args = args
         self.example_kwargs = kwargs
@@ -47,6 +49,8 @@ class Exploration:
         self.force = tuple(force)
         self.looped_reductions = looped_reductions
         self.autotune = autotune
+        self.matmul = matmul
+        self._rules = decomposition_rules(matmul)  # checks the option now, not at the first stage
         self._shared = _shared or {}
         self._checked: set[tuple[Any, ...]] = set()
         # A plain function of positional tensors: calls need no pytree flattening.
@@ -75,7 +79,7 @@ class Exploration:
         if "decomposed" in self._shared:
             return self._shared["decomposed"]  # type: ignore[no-any-return]
         start = time.perf_counter()
-        result = decompose(self.captured.result)
+        result = decompose(self.captured.result, self._rules)
         return Decomposed(result.graph, result.fallbacks, self.captured, time.perf_counter() - start)
 
     @functools.cached_property
@@ -100,8 +104,7 @@ class Exploration:
     def compiled(self) -> Compiled:
         start = time.perf_counter()
         generated = self.generated
-        handles = tuple(KernelHandle(k.name, k.kind, generated.kernel_module(k), k.persistent,
-                                     heavy=k.heavy, autotune=self.autotune) for k in generated.kernels)
+        handles = tuple(handle_for(k, generated.kernel_module(k), self.autotune) for k in generated.kernels)
         namespace: dict[str, Any] = {"torch": torch, "empty": empty, "triton": triton}
         namespace.update(generated.program.namespace_constants)
         for handle in handles:
@@ -153,7 +156,7 @@ class Exploration:
         result = Exploration(self.fn, self.example_args, self.example_kwargs, policy=self.policy,
                              dynamic=self.dynamic, forbid=self.forbid + tuple(forbid),
                              force=self.force + tuple(force), looped_reductions=self.looped_reductions,
-                             autotune=self.autotune,
+                             autotune=self.autotune, matmul=self.matmul,
                              _shared=shared)
         result.fused  # noqa: B018 - validate the request now: an illegal forced fusion raises here
         return result
@@ -195,13 +198,15 @@ def _launch(handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> N
 
 def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy = "default",
             dynamic: bool = False, looped_reductions: bool = False, autotune: bool = False,
-            **example_kwargs: Any) -> Exploration:
+            matmul: str = "extern", **example_kwargs: Any) -> Exploration:
     """Start exploring `fn` on example inputs. Nothing runs until a stage is asked for.
 
     `looped_reductions=True` forces looped reductions even where a row fits in registers; `autotune=True` times a
     small set of block sizes and warps per kernel and shape on the first CUDA launch and keeps the fastest (the
-    choices and their timings are on `ex.compiled.kernels`)."""
+    choices and their timings are on `ex.compiled.kernels`). `matmul="triton"` turns 2-D matrix products (mm,
+    addmm, F.linear) into generated Triton matmuls with their pointwise consumers fused as an epilogue; the default
+    `"extern"` runs them in cuBLAS between kernels."""
     if not callable(fn):
         raise TypeError(f"explore() needs a function or nn.Module, got {type(fn).__name__}")
     return Exploration(fn, example_inputs, example_kwargs, policy=policy, dynamic=dynamic,
-                       looped_reductions=looped_reductions, autotune=autotune)
+                       looped_reductions=looped_reductions, autotune=autotune, matmul=matmul)

@@ -17,7 +17,7 @@ import sympy
 import torch
 
 Dim = Union[int, sympy.Expr]
-Kind = Literal["input", "pointwise", "reduction", "view", "extern"]
+Kind = Literal["input", "pointwise", "reduction", "view", "matmul", "extern"]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -113,7 +113,7 @@ Arg = Union[Ref, Scalar, None]
 
 @dataclass(frozen=True)
 class Node:
-    """One operation: a graph input, a primitive (pointwise, reduction, view) or an extern op.
+    """One operation: a graph input, a primitive (pointwise, reduction, view, matmul) or an extern op.
 
     `op` names the primitive ("add", "sum", "permute", ...) or, for extern nodes, the aten op.
     `params` holds the op's static parameters as sorted (key, value) pairs; `origin` is the captured aten

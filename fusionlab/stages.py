@@ -228,7 +228,7 @@ class CompiledKernelInfo:
 
 
 def _tuning(handle: KernelHandle) -> tuple[tuple[str, float], ...]:
-    rows = [(f"XBLOCK={c.XBLOCK} RBLOCK={c.RBLOCK} warps={c.num_warps}", ms)
+    rows = [(c.describe() if hasattr(c, "describe") else f"XBLOCK={c.XBLOCK} RBLOCK={c.RBLOCK} warps={c.num_warps}", ms)
             for timings in handle.tuning.values() for c, ms in timings.items()]
     return tuple(sorted(rows, key=lambda row: row[1]))
 

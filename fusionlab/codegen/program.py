@@ -22,6 +22,7 @@ import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
 from fusionlab.codegen.kernel import KERNEL_PREAMBLE, KernelSource, KernelWriter
+from fusionlab.codegen.matmul import MatmulWriter
 from fusionlab.fusion.fuse import FuseResult, FusionGroup
 from fusionlab.ir import Dim, Graph, Node, Ref, contiguous_strides, product
 from fusionlab.names import Namer, comment
@@ -102,7 +103,10 @@ class ProgramWriter:
 
     def kernel(self, group: FusionGroup, index: int, dense: set[str]) -> None:
         name = self.namer.identifier(group.name)
-        source = KernelWriter(self.graph, group, name, dense, self.force_looped).write()
+        if group.kind == "matmul":
+            source = MatmulWriter(self.graph, group, name, dense).write()
+        else:
+            source = KernelWriter(self.graph, group, name, dense, self.force_looped).write()
         self.kernels.append(source)
         self.lines.append(f"    # {comment(group.name)}: reads {comment(', '.join(group.inputs))}; "
                           f"writes {comment(', '.join(group.outputs))}")
@@ -118,11 +122,14 @@ class ProgramWriter:
                 args.append(render_dim(group.domain.shape[argument.dim]))  # type: ignore[union-attr]
             elif argument.role == "stride":
                 args.append(f"{self.var(argument.value)}.stride({argument.dim})")
+            elif argument.role == "extent":  # a size read off a tensor at run time (a matmul's K)
+                args.append(f"{self.var(argument.value)}.size({argument.dim})")
             elif argument.role == "scalar":
                 args.append(str(int(argument.expr)))
         domain = group.domain
         assert domain is not None
-        axes = domain.axes if domain.is_reduction else ((len(domain.shape) - 1,) if source.kind == "tiled" else ())
+        tiles = source.kind in ("tiled", "matmul")
+        axes = domain.axes if domain.is_reduction else ((len(domain.shape) - 1,) if tiles else ())
         outer = tuple(d for d in range(len(domain.shape)) if d not in axes)
         xnumel = product(tuple(domain.shape[d] for d in outer))
         call = f"    launch({name}, {', '.join(args)}, xnumel={render_dim(xnumel)}"

@@ -25,7 +25,7 @@ from fusionlab.stages import Captured, Decomposed, Fused
 
 __all__ = ["Block", "GraphDrawing", "draw_graph", "dot_string", "graph_blocks", "resolve_stage"]
 
-_KERNEL_KINDS = ("pointwise", "reduction")
+_KERNEL_KINDS = ("pointwise", "reduction", "matmul")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Block:
     """Nodes drawn together: a fusion group (final, or as it stood at some step of the replay)."""
 
     members: tuple[str, ...]
-    kind: str  # "pointwise" | "reduction" | "extern" | "view"
+    kind: str  # "pointwise" | "reduction" | "matmul" | "extern" | "view"
     group: str  # the final group these nodes end up in (what a click on the cluster selects)
     colour: int  # index into the palette: the final group's position
     label: str
@@ -90,7 +90,7 @@ def resolve_stage(stage: Any) -> tuple[Captured, Decomposed | None, Fused | None
 
 def _block_kind(graph: Graph, members: Sequence[str]) -> str:
     kinds = {graph[m].kind for m in members}
-    for kind in ("extern", "reduction", "pointwise"):
+    for kind in ("extern", "matmul", "reduction", "pointwise"):
         if kind in kinds:
             return kind
     return "view"

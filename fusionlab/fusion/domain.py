@@ -72,6 +72,9 @@ def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domai
             blocker = view_blocker(node, graph)
             if blocker:
                 return blocker
+    matmuls = [n for n in nodes if n.kind == "matmul"]
+    if matmuls:
+        return _matmul_domain(graph, nodes, outputs, matmuls)
     reductions = [n for n in nodes if n.kind == "reduction"]
     if reductions:
         first = reductions[0]
@@ -99,6 +102,38 @@ def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domai
         if node.kind in ("pointwise", "reduction") and alignment(node.type.shape, domain) is None \
                 and not _reaches_through_expand(node, set(names), graph):
             return f"{node.name} ({node.type.text()}) does not line up with the kernel's shape {tuple(domain.shape)}"
+    return domain
+
+
+def _matmul_domain(graph: Graph, nodes: Sequence[Node], outputs: Sequence[str],
+                   matmuls: Sequence[Node]) -> Domain | str:
+    """A matmul kernel walks the product's [M, N] output in tiles; everything else in it is an epilogue on the
+    accumulator tile: pointwise values over [M, N] (or broadcast into it)."""
+    first = matmuls[0]
+    if len(matmuls) > 1:
+        return (f"{matmuls[1].name} and {first.name} are both matmuls: one matmul per kernel (a product that reads "
+                "another needs its whole output)")
+    names = {n.name for n in nodes}
+    for operand in first.inputs:
+        if operand in names:
+            return (f"{operand} feeds the matmul {first.name} as an operand: prologues into a matmul's inputs are not "
+                    "fused (the matmul loads its operands tile by tile from memory)")
+    for node in nodes:
+        if node.kind == "reduction":
+            return (f"{node.name} reduces the output of the matmul {first.name}: its rows span the tiles of several "
+                    "programs, so it runs as a kernel of its own")
+    domain = Domain(tuple(first.type.shape), ())
+    for name in outputs:
+        node = graph[name]
+        if tuple(node.type.shape) != domain.shape:
+            return (f"{node.name} ({node.type.text()}) would be written by a matmul kernel whose output is "
+                    f"{tuple(domain.shape)}: an epilogue writes values of the product's shape")
+    group = set(names)
+    for node in nodes:
+        if node.kind == "pointwise" and tuple(node.type.shape) != domain.shape \
+                and not _reaches_through_expand(node, group, graph):
+            return (f"{node.name} ({node.type.text()}) does not line up with the matmul's output "
+                    f"{tuple(domain.shape)}")
     return domain
 
 

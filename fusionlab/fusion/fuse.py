@@ -53,7 +53,7 @@ class FusionGroup:
 
     @property
     def is_kernel(self) -> bool:
-        return self.kind in ("pointwise", "reduction")
+        return self.kind in ("pointwise", "reduction", "matmul")
 
 
 @dataclass(frozen=True)
@@ -255,11 +255,11 @@ def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], 
     inside = set(members)
     inputs = list(dict.fromkeys(v for n in nodes for v in n.inputs if v not in inside))
     domain = None
-    if info.kind in ("pointwise", "reduction"):
+    if info.kind in ("pointwise", "reduction", "matmul"):
         result = analyse(graph, members, stored)
         domain = result if isinstance(result, Domain) else None
     read, written = (0, 0) if info.kind == "view" else _traffic(graph, members, stored)
-    ops = [n.op for n in nodes if n.kind in ("pointwise", "reduction", "extern")] or [nodes[0].op]
+    ops = [n.op for n in nodes if n.kind in ("pointwise", "reduction", "matmul", "extern")] or [nodes[0].op]
     label = "_".join(dict.fromkeys(o.replace(".", "_") for o in ops))
     name = f"{info.kind}_{index}_{label[:48]}"
     origins = tuple(dict.fromkeys(n.origin for n in nodes))

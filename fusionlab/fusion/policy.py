@@ -38,7 +38,7 @@ class GroupInfo:
     @property
     def kind(self) -> str:
         kinds = {n.kind for n in self.nodes}
-        for kind in ("extern", "reduction", "pointwise"):
+        for kind in ("extern", "matmul", "reduction", "pointwise"):
             if kind in kinds:
                 return kind
         return "view"
@@ -63,6 +63,26 @@ def _extern_reason(producer: GroupInfo, consumer: GroupInfo) -> Verdict | None:
             where = "cuBLAS" if any(k in op for k in ("mm", "matmul", "linear", "bmm")) else "eager PyTorch"
             return Verdict(False, f"extern op: {op} runs in {where} between kernels")
     return None
+
+
+def _matmul_verdict(producer: GroupInfo, consumer: GroupInfo) -> Verdict | None:
+    """What can join a generated Triton matmul: pointwise consumers of its [M, N] output (an epilogue on the
+    accumulator tile), not reductions over it, a second matmul, or a prologue into its operands."""
+    if "matmul" not in (producer.kind, consumer.kind):
+        return None
+    if producer.kind == "matmul" and consumer.kind == "matmul":
+        return Verdict(False, "a consumer needing another matmul: the second product needs the first one's whole "
+                              "output, so each matmul is a kernel of its own")
+    if consumer.kind == "matmul":
+        operands = {v for n in consumer.nodes if n.kind == "matmul" for v in n.inputs}
+        if any(n.name in operands for n in producer.nodes):
+            return Verdict(False, "prologue into the matmul's inputs: not fused (the matmul loads its operands tile "
+                                  "by tile from memory, through their strides)")
+        return Verdict(True, "operand of a matmul epilogue: computed per output element, on the accumulator tile")
+    if consumer.kind == "reduction":
+        return Verdict(False, "a reduction over the matmul's output: its rows span the tiles of several programs, "
+                              "so it runs as a kernel of its own")
+    return Verdict(True, "matmul epilogue: applied to the accumulator tile before the store")
 
 
 POINTWISE_PAIR = Verdict(True, "both are pointwise over the same elements: one pass, the intermediate stays in "
@@ -92,6 +112,8 @@ class PointwiseFusion:
             return blocked
         if producer.kind == "reduction" or consumer.kind == "reduction":
             return Verdict(False, "policy 'pointwise' keeps reductions in kernels of their own")
+        if "matmul" in (producer.kind, consumer.kind):
+            return Verdict(False, "policy 'pointwise' keeps matmuls in kernels of their own")
         return POINTWISE_PAIR
 
     def score(self, producer: GroupInfo, consumer: GroupInfo) -> int:
@@ -99,14 +121,14 @@ class PointwiseFusion:
 
 
 class DefaultFusion:
-    """Pointwise chains, and reductions with their pointwise prologue and epilogue."""
+    """Pointwise chains, reductions with their pointwise prologue and epilogue, and matmul epilogues."""
 
     name = "default"
 
     def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict:
-        blocked = _extern_reason(producer, consumer)
-        if blocked:
-            return blocked
+        settled = _extern_reason(producer, consumer) or _matmul_verdict(producer, consumer)
+        if settled:
+            return settled
         kinds = (producer.kind, consumer.kind)
         if kinds == ("reduction", "reduction"):
             return Verdict(True, "both reduce the same rows: one kernel keeps the row in registers")
@@ -117,7 +139,7 @@ class DefaultFusion:
         return POINTWISE_PAIR
 
     def score(self, producer: GroupInfo, consumer: GroupInfo) -> int:
-        return 2 if "reduction" in (producer.kind, consumer.kind) else 1
+        return 2 if {"reduction", "matmul"} & {producer.kind, consumer.kind} else 1
 
 
 BUILTIN_POLICIES: dict[str, type] = {"none": NoFusion, "pointwise": PointwiseFusion, "default": DefaultFusion}

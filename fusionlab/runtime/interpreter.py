@@ -97,11 +97,38 @@ def interpreted_standard_library() -> Iterator[None]:
     for module, name, _, interpreted in swaps:
         setattr(module, name, interpreted)
     try:
-        with _language_patches_undone():
+        with _language_patches_undone(), _bfloat16_dot():
             yield
     finally:
         for module, name, original, _ in swaps:
             setattr(module, name, original)
+
+
+@contextlib.contextmanager
+def _bfloat16_dot() -> Iterator[None]:
+    """Triton's interpreter keeps bfloat16 values as their uint16 bits and its `tl.dot` multiplies those bits
+    (Triton 3.6 to 3.9): widen bfloat16 operands to float32 first, as the GPU's MMA does."""
+    builder = getattr(triton_interpreter, "InterpreterBuilder", None)
+    convert = getattr(triton_interpreter, "_convert_float", None)
+    if builder is None or convert is None:  # pragma: no cover - a Triton without these internals
+        yield
+        return
+    original = builder.create_dot
+
+    def widen(handle: Any) -> Any:
+        if handle.dtype.scalar == tl.bfloat16 if hasattr(handle.dtype, "scalar") else handle.dtype == tl.bfloat16:
+            data = convert(handle.data, tl.bfloat16, tl.float32, None).view(np.float32).reshape(handle.data.shape)
+            return TensorHandle(data, tl.float32)
+        return handle
+
+    def create_dot(self: Any, a: Any, b: Any, *rest: Any, **options: Any) -> Any:
+        return original(self, widen(a), widen(b), *rest, **options)
+
+    builder.create_dot = create_dot
+    try:
+        yield
+    finally:
+        builder.create_dot = original
 
 
 def _squeezed_index(self: Any) -> int:
