@@ -376,6 +376,39 @@ case("bmm_softmax", lambda q, k: torch.softmax(torch.bmm(q, k.transpose(1, 2)) *
      make(mat(randn, 2, M, 16), mat(randn, 2, M, 16)), atol=1e-5, rtol=1e-4)
 case("extern_cumsum", lambda x: torch.cumsum(x.exp(), -1) * 2, make(mat()))
 
+# -- matrix products: extern cuBLAS by default; with matmul="triton" one Triton matmul with its epilogue ---------
+# (tests/test_matmul.py runs these with matmul="triton"). Odd sizes exercise the tile and K masks.
+def _bf16(factory: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    return lambda: factory().to(torch.bfloat16)
+
+
+case("mm_odd", lambda x, w: x @ w, make(mat(randn, 33, 47), mat(randn, 47, 65)), atol=1e-4, rtol=1e-4,
+     kernels={"default": 0}, tags=("matmul",))
+case("addmm_bias", lambda b, x, w: torch.addmm(b, x, w), make(mat(randn, 65), mat(randn, 33, 47), mat(randn, 47, 65)),
+     atol=1e-4, rtol=1e-4, tags=("matmul",))
+case("addmm_scaled", lambda b, x, w: torch.addmm(b, x, w, beta=0.5, alpha=2.0),
+     make(mat(randn, 65), mat(randn, 33, 47), mat(randn, 47, 65)), atol=1e-4, rtol=1e-4, tags=("matmul",))
+case("linear_gelu_mm", lambda x, w, b: F.gelu(x @ w + b), make(mat(randn, 33, 47), mat(randn, 47, 65), mat(randn, 65)),
+     atol=1e-4, rtol=1e-4, kernels={"default": 1}, tags=("matmul",))
+case("linear_gelu_bf16", lambda x, w, b: F.gelu(x @ w + b),
+     make(_bf16(mat(randn, 33, 47)), _bf16(mat(randn, 47, 65)), _bf16(mat(randn, 65))), atol=0.1, rtol=0.02,
+     kernels={"default": 1}, tags=("matmul",))
+case("f_linear_relu", lambda x, w, b: torch.relu(F.linear(x, w, b)),
+     make(mat(randn, 33, 47), mat(randn, 65, 47), mat(randn, 65)), atol=1e-4, rtol=1e-4, tags=("matmul",))
+case("f_linear_bf16", lambda x, w, b: F.linear(x, w, b),
+     make(_bf16(mat(randn, 33, 47)), _bf16(mat(randn, 65, 47)), _bf16(mat(randn, 65))), atol=0.1, rtol=0.02,
+     tags=("matmul",))
+case("mm_residual", lambda x, w, r: torch.sigmoid(x @ w) * 2 + r,
+     make(mat(randn, 33, 47), mat(randn, 47, 65), mat(randn, 33, 65)), atol=1e-4, rtol=1e-4, tags=("matmul",))
+case("mm_cast_out", lambda x, w: (x @ w).float() * 0.5,
+     make(_bf16(mat(randn, 33, 47)), _bf16(mat(randn, 47, 65))), atol=0.1, rtol=0.02, tags=("matmul",))
+case("mm_then_softmax", lambda x, w: torch.softmax(x @ w, -1), make(mat(randn, 33, 47), mat(randn, 47, 65)),
+     atol=1e-5, rtol=1e-4, tags=("matmul",))
+case("mm_chain", lambda x, w, v: torch.relu(x @ w) @ v + 1.0,
+     make(mat(randn, 33, 47), mat(randn, 47, 65), mat(randn, 65, 17)), atol=1e-4, rtol=1e-4, tags=("matmul",))
+case("mm_float64", lambda x, w: torch.relu(x @ w), make(lambda: randn(9, 17).double(), lambda: randn(17, 5).double()),
+     tags=("matmul",))
+
 _BY_NAME = {c.name: c for c in CASES}
 assert len(_BY_NAME) == len(CASES), "case names must be unique"
 
