@@ -69,7 +69,7 @@ class Builder:
                 if dtype not in KERNEL_DTYPES:
                     raise RuleNotApplicable(f"kernels do not compute on {dtype} values")
         key: tuple[Any, ...] | None = (kind, op, args, tuple(sorted((params or {}).items())), out)
-        if kind in ("pointwise", "reduction", "view"):
+        if kind in ("pointwise", "reduction", "view", "matmul"):
             try:
                 existing = self._seen.get(key)
             except TypeError:  # an unhashable parameter: no sharing
@@ -89,7 +89,7 @@ class Builder:
         node = Node(name, kind, op, args, out, tuple(sorted((params or {}).items())), self.origin)  # type: ignore[arg-type]
         self.nodes.append(node)
         self.types[name] = out
-        if kind in ("pointwise", "reduction", "view") and key is not None:
+        if kind in ("pointwise", "reduction", "view", "matmul") and key is not None:
             self._seen[key] = Ref(name)
         return Ref(name)
 

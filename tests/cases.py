@@ -406,6 +406,10 @@ case("mm_then_softmax", lambda x, w: torch.softmax(x @ w, -1), make(mat(randn, 3
      atol=1e-5, rtol=1e-4, tags=("matmul",))
 case("mm_chain", lambda x, w, v: torch.relu(x @ w) @ v + 1.0,
      make(mat(randn, 33, 47), mat(randn, 47, 65), mat(randn, 65, 17)), atol=1e-4, rtol=1e-4, tags=("matmul",))
+case("mm_two_outputs", lambda x, w, b: (x @ w + b, F.silu(x @ w + b)),
+     make(mat(randn, 33, 47), mat(randn, 47, 65), mat(randn, 65)), atol=1e-4, rtol=1e-4, tags=("matmul",))
+case("mm_scalar_tensor", lambda x, w, s: ((x @ w) * s) > 0.5,
+     make(mat(randn, 9, 20), mat(randn, 20, 33), lambda: torch.tensor(1.5)), tags=("matmul",))
 case("mm_float64", lambda x, w: torch.relu(x @ w), make(lambda: randn(9, 17).double(), lambda: randn(17, 5).double()),
      tags=("matmul",))
 

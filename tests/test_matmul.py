@@ -64,6 +64,13 @@ def test_one_kernel_holds_the_matmul_and_its_epilogue(name: str, epilogue: tuple
     assert "extern" not in ex.generated.wrapper
 
 
+def test_a_product_used_twice_is_computed_once_and_stored_twice() -> None:
+    ex = explore_case(find("mm_two_outputs"))
+    (kernel,) = ex.generated.kernels
+    code = code_only(kernel.source)
+    assert code.count("tl.dot(") == 1 and code.count("tl.store(") == 2, kernel.source
+
+
 def test_epilogue_decisions_record_reasons() -> None:
     decisions = explore_case(find("linear_gelu_mm")).fused.decisions
     assert any(d.fused and d.producer == "matmul" and d.reason == EPILOGUE for d in decisions), decisions
