@@ -245,6 +245,7 @@ class Compiled(_Stage):
     dry_run: Any = None  # the program with launches recorded instead of run (see prepare)
     recorder: Any = None
     prepared: set[str] = field(default_factory=set)
+    compile_workers: str = "processes"  # or "threads": how prepare compiles the kernels at once
 
     def prepare(self, *tensors: torch.Tensor) -> None:
         """Before the first CUDA call: a dry run lists the launches, then all kernels compile at once."""
@@ -257,7 +258,7 @@ class Compiled(_Stage):
         self.recorder.records.clear()
         try:
             self.dry_run(*tensors)
-            compile_in_parallel(self.recorder.records)
+            compile_in_parallel(self.recorder.records, self.compile_workers)
         except Exception as error:  # noqa: BLE001 - an optimisation only: kernels then compile at first launch
             warnings.warn(f"compiling the kernels in parallel failed ({type(error).__name__}: {error}); they "
                           "compile one by one at their first launch instead", RuntimeWarning, stacklevel=2)

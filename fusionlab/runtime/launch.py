@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from fusionlab.runtime.compile_pool import compile_all
 from fusionlab.runtime.config import KernelShape, LaunchConfig, candidates, choose
 from fusionlab.runtime.interpreter import build_module, interpreted_standard_library
 
@@ -135,11 +135,11 @@ class LaunchRecorder:
         self.records.append((handle, args, int(xnumel), int(rnumel)))
 
 
-def compile_in_parallel(records: list[tuple[KernelHandle, tuple[Any, ...], int, int]]) -> None:
-    """Compile every recorded CUDA kernel at once (Triton's compiler and ptxas overlap in threads), so the first
-    call does not pay one compile after another."""
+def compile_in_parallel(records: list[tuple[KernelHandle, tuple[Any, ...], int, int]],
+                        workers: str = "processes") -> None:
+    """Compile every recorded CUDA kernel at once, so the first call does not pay one compile after another:
+    in forked worker processes that fill Triton's cache (see compile_pool), or in threads (`workers="threads"`)."""
     unique = list({id(r[0]): r for r in records}.values())
     for handle, *_ in unique:
         handle.function("cuda")  # build the modules one by one: that step toggles the interpreter switch
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(unique)))) as pool:
-        list(pool.map(lambda r: r[0].warm(*r[1], xnumel=r[2], rnumel=r[3]), unique))
+    compile_all(unique, workers)

@@ -1,0 +1,181 @@
+"""Compiling a program's kernels at once, before its first CUDA call: in forked worker processes, or in threads.
+
+Triton's compiler holds the GIL for much of its work (the AST walk to TTIR, the Python glue between MLIR passes),
+so compiler threads convoy on it; on a 2-core machine a busy Python thread made one compiling thread 4x slower.
+Worker processes avoid that, as Inductor's do. A worker compiles a whole kernel with `triton.compile` into
+Triton's on-disk cache; the parent's launch then finds it there (the same source, specialization, options and
+target give the same cache key), so the parent never compiles it again.
+
+    >>> compile_all(jobs, workers="processes")   # jobs: (handle, launch arguments, xnumel, rnumel)
+
+The workers are forked for each call and exit after it: they see the parent's environment and Triton settings as
+they are now (a cold `TRITON_CACHE_DIR` in a benchmark stays cold), share its imported modules (nothing to import)
+and never touch CUDA (`triton.compile` is given the target; it needs no driver).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import threading
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import triton
+from triton import knobs
+from triton.compiler import ASTSource
+from triton.runtime.cache import triton_key
+from triton.runtime.driver import driver
+
+__all__ = ["CompileJob", "KernelCompileError", "WORKER_KINDS", "compile_all", "compile_job", "job_for",
+           "processes_available"]
+
+WORKER_KINDS = ("processes", "threads")
+
+
+class Warmable(Protocol):
+    """A kernel handle: its name, and `warm` compiles it for CUDA with the config its real launch will use."""
+
+    name: str
+
+    def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> None: ...
+
+
+Launch = tuple[Any, tuple[Any, ...], int, int]  # (handle, kernel arguments, xnumel, rnumel), as LaunchRecorder keeps
+
+
+class KernelCompileError(RuntimeError):
+    """A kernel that Triton failed to compile in a worker; the message names the kernel and the error."""
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One `triton.compile` call, exactly as the parent's launch would make it (Triton's specialization of the
+    launch: signature, constants, attributes, options; and the device's target)."""
+
+    name: str
+    function: Any  # the JITFunction (inherited by forked workers: never pickled)
+    signature: dict[str, Any]
+    constants: dict[Any, Any]
+    attributes: dict[Any, Any]
+    options: dict[str, Any]
+    target: Any
+
+
+def job_for(handle: Warmable, launch: Launch) -> CompileJob | None:
+    """Triton's compile call for one launch, without compiling: `warm` runs with Triton's `jit_cache_hook` saying
+    "skip". None when Triton already holds the kernel in memory (nothing to compile)."""
+    seen: list[dict[str, Any]] = []
+
+    def skip(**call: Any) -> bool:
+        seen.append(call)
+        return True
+
+    previous = knobs.runtime.jit_cache_hook
+    knobs.runtime.jit_cache_hook = skip
+    try:
+        handle.warm(*launch[1], xnumel=launch[2], rnumel=launch[3])
+    finally:
+        knobs.runtime.jit_cache_hook = previous
+    if not seen:
+        return None
+    call = seen[0]["compile"]
+    # The options travel as Triton's own `preload` reads them back (JSON lists become tuples).
+    options = json.loads(call["specialization_data"])["options"]
+    return CompileJob(handle.name, seen[0]["fn"].jit_function, dict(call["signature"]), dict(call["constants"]),
+                      dict(call["configs"][0]), {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()},
+                      driver.active.get_current_target())
+
+
+def compile_job(job: CompileJob) -> str:
+    """Compile one kernel into Triton's on-disk cache; returns the kernel's cache hash."""
+    try:
+        kernel = triton.compile(ASTSource(job.function, job.signature, job.constants, job.attributes),
+                                target=job.target, options=job.options)
+    except Exception as error:  # noqa: BLE001 - re-raised with the kernel's name; it must pickle back to the parent
+        raise KernelCompileError(f"Triton could not compile kernel {job.name}: {type(error).__name__}: "
+                                 f"{error}") from None
+    return str(kernel.hash)
+
+
+def processes_available() -> bool:
+    """Forked workers are possible: the platform has fork, and this is not a daemonic process (which may not
+    have children, e.g. a DataLoader worker)."""
+    return "fork" in multiprocessing.get_all_start_methods() and not multiprocessing.current_process().daemon
+
+
+def _cpus() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+_JOBS: list[CompileJob] = []  # read by forked workers: set just before the fork, cleared after
+_FORK_LOCK = threading.Lock()
+
+
+def _compile_inherited(index: int) -> str:
+    return compile_job(_JOBS[index])
+
+
+def compile_all(launches: Sequence[Launch], workers: str = "processes") -> None:
+    """Compile the kernels of `launches` (one per handle) at once, so the first call does not pay one compile
+    after another. `workers`: "processes" (forked; threads where fork is unavailable) or "threads"."""
+    if workers not in WORKER_KINDS:
+        raise ValueError(f"workers must be one of {WORKER_KINDS}, got {workers!r}")
+    unique = list({id(launch[0]): launch for launch in launches}.values())
+    if not unique:
+        return
+    # Triton hashes its own 500 MB library for the cache key once per process; done here, it is done once (not
+    # by every thread at the same time) and forked workers inherit it.
+    triton_key()
+    count = min(len(unique), _cpus())
+    if workers == "processes" and count > 1 and processes_available():
+        _compile_in_processes(unique, count)
+    else:
+        _compile_in_threads(unique, max(1, min(8, len(unique))))
+
+
+def _warm(launch: Launch) -> None:
+    launch[0].warm(*launch[1], xnumel=launch[2], rnumel=launch[3])
+
+
+def _compile_in_threads(unique: list[Launch], count: int) -> None:
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        futures = [(launch, pool.submit(_warm, launch)) for launch in unique]
+    for launch, future in futures:
+        if future.exception() is not None:
+            # Concurrent ast.parse can fail spuriously ("AST constructor recursion depth mismatch", CPython
+            # 3.11.7): compile that kernel again, alone; a real error then raises from here.
+            _warm(launch)
+
+
+def _compile_in_processes(unique: list[Launch], count: int) -> None:
+    jobs = [job_for(launch[0], launch) for launch in unique]
+    todo = [(launch, job) for launch, job in zip(unique, jobs) if job is not None]  # None: Triton holds it
+    if not todo:
+        return
+    with _FORK_LOCK:
+        _JOBS[:] = [job for _, job in todo]
+        try:
+            with warnings.catch_warnings():
+                # Python >= 3.12 warns on fork in a threaded process; the workers only run Triton's compiler.
+                warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+                with ProcessPoolExecutor(max_workers=min(count, len(todo)),
+                                         mp_context=multiprocessing.get_context("fork")) as pool:
+                    futures = {pool.submit(_compile_inherited, i): launch for i, (launch, _) in enumerate(todo)}
+                    waiting = dict(futures)
+                    try:
+                        # As each worker finishes, the parent loads that kernel from the cache while others compile.
+                        for future in as_completed(futures):
+                            future.result()
+                            _warm(waiting.pop(future))
+                    except BrokenProcessPool:
+                        names = ", ".join(launch[0].name for launch in waiting.values())
+                        raise KernelCompileError(f"a compile worker died while compiling {names}") from None
+        finally:
+            _JOBS.clear()
