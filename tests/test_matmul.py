@@ -204,3 +204,12 @@ def test_autotune_records_matmul_choices() -> None:
     torch.testing.assert_close(ex(x, w, b), F.gelu(x @ w + b), atol=0.1, rtol=0.02)
     (info,) = ex.compiled.kernels
     assert info.tuning and "stages=" in info.tuning[0][0] and info.config["num_stages"] >= 2
+
+
+def test_empty_product_launches_nothing() -> None:
+    fn = lambda x, w, b: F.gelu(x @ w + b)  # noqa: E731
+    x, w, b = torch.randn(0, 20), torch.randn(20, 33), torch.randn(33)
+    ex = fl.explore(fn, x, w, b, matmul="triton")
+    assert ex(x, w, b).shape == (0, 33)
+    (info,) = ex.compiled.kernels
+    assert info.backends == ()

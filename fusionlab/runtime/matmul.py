@@ -132,6 +132,8 @@ class MatmulHandle(KernelHandle):
         return MatmulShape(int(xnumel), int(rnumel), int(args[-1]), args[0].element_size())
 
     def launch(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
+        if xnumel == 0 or rnumel == 0:
+            return  # an empty product: nothing to write (and `% size` in the kernel would divide by zero)
         device = args[0].device  # the first argument is the left operand
         if device.type == "cuda":
             fast = self.fast.get((xnumel, rnumel, int(args[-1]), device.index))
