@@ -108,6 +108,7 @@ def measure(name: str, fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...],
         compile_s = time.perf_counter() - start
         handle = matmul_handle(fused)
         heuristic = choose_matmul(MatmulShape(m, n, k, 2), "cuda")
+        torch._dynamo.reset()  # a fresh compile per shape: else a new shape of the same function compiles dynamic
         inductor = torch.compile(fn)
         check(name, "inductor", inductor(*inputs), expected)
         if max_autotune:
