@@ -130,6 +130,38 @@ def test_looped_reductions(name: str, fn: object, policy: str) -> None:
     assert ex.verify().ok
 
 
+WELFORD = [
+    ("column_normalize", lambda x: (x - x.mean(0, keepdim=True)) * torch.rsqrt(
+        (x - x.mean(0, keepdim=True)).pow(2).mean(0, keepdim=True) + 1e-5)),
+    ("var_mean_rows", lambda x: torch.var_mean(x, -1)),
+    ("std_columns", lambda x: x.std(0)),
+    ("layer_norm", lambda x: F.layer_norm(x, (x.shape[-1],))),
+]
+
+
+@pytest.mark.parametrize(("name", "fn"), WELFORD, ids=[n for n, _ in WELFORD])
+@pytest.mark.parametrize("shape", [(1100, 3), (3, 1100)], ids=["tall", "wide"])
+def test_mean_and_variance_share_one_welford_pass(name: str, fn: object, shape: tuple[int, int]) -> None:
+    """A looped mean and the sum of squared deviations from it are one loop (Welford), not two; the result
+    matches eager even when the mean is large against the spread (where E[x^2] - E[x]^2 would cancel)."""
+    ex = fl.explore(fn, torch.randn(shape), looped_reductions=True)
+    (kernel,) = [k for k in ex.generated.kernels if "(Welford)" in k.source]  # var_mean's own mean: a 2nd kernel
+    writes_rows = name in ("column_normalize", "layer_norm")  # then one more loop writes the normalised rows
+    assert kernel.source.count("for roffset in range(0, rnumel, RBLOCK)") == (2 if writes_rows else 1)
+    fresh = torch.randn(shape) * 0.5 + 100.0
+    torch.testing.assert_close(ex(fresh), fn(fresh), atol=2e-3, rtol=1e-3)  # type: ignore[operator]
+
+
+def test_welford_needs_the_same_input_and_axes() -> None:
+    """Squared deviations from some other value's mean, or over other axes, keep their own loops."""
+    x, y = torch.randn(40, 30), torch.randn(40, 30)
+    ex = fl.explore(lambda a, b: ((a - a.mean(0, keepdim=True)) ** 2).sum(1) + ((b - a.mean(0)) ** 2).sum(0).sum(),
+                    x, y, looped_reductions=True)
+    assert all("(Welford)" not in k.source for k in ex.generated.kernels)
+    torch.testing.assert_close(ex(x, y), ((x - x.mean(0, keepdim=True)) ** 2).sum(1)
+                               + ((y - x.mean(0)) ** 2).sum(0).sum(), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("shape", [(6, 40), (4, 5, 6), (2, 3, 4, 5)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("looped", [False, True], ids=["persistent", "looped"])
 @pytest.mark.parametrize("policy", ["none", "default"])
@@ -204,14 +236,18 @@ def test_kernels_compile_for_the_h200_after_interpreted_runs(name: str, looped: 
                 signature[argument.name] = "i32"
         shape = KernelShape(kernel.kind, 64, 64, kernel.persistent)
         config = choose(shape, "cuda")
-        blocks = {"XBLOCK": config.XBLOCK, "RBLOCK": config.RBLOCK}
-        constexprs = {}
-        for name_ in kernel.constexprs:
-            signature[name_] = "constexpr"
-            constexprs[(function.arg_names.index(name_),)] = blocks[name_]
-        compiled = triton.compile(ASTSource(function, signature, constexprs), target=GPUTarget("cuda", 90, 32),
-                                  options={"num_warps": config.num_warps})
-        assert "ptx" in compiled.asm
+        for even in (True, False):  # both the masked and the unmasked form (sizes that do or do not divide)
+            blocks = {"XBLOCK": config.XBLOCK, "RBLOCK": config.RBLOCK, "EVEN_X": even, "EVEN_R": even}
+            constexprs = {}
+            for name_ in kernel.constexprs:
+                signature[name_] = "constexpr"
+                constexprs[(function.arg_names.index(name_),)] = blocks[name_]
+            compiled = triton.compile(ASTSource(function, signature, constexprs),
+                                      target=GPUTarget("cuda", 90, 32), options={"num_warps": config.num_warps})
+            assert "ptx" in compiled.asm
+            if even:  # the constant-True masks are folded: no predicated global loads remain
+                assert "@%p" not in "\n".join(line for line in compiled.asm["ptx"].splitlines()
+                                                if "ld.global" in line), kernel.name
 
 
 def test_interpreted_runs_leave_triton_language_unchanged() -> None:

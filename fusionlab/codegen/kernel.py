@@ -6,7 +6,8 @@ its own dimensions follows; None for a broadcast dimension), so broadcasts and s
 index arithmetic, not copies. Sizes and strides are kernel arguments: no size is baked into the source.
 
 Reductions are *persistent* (the whole row in registers, one pass) when the reduced size is static and at most
-`PERSISTENT_LIMIT`; otherwise *looped* (one loop over the row per reduction, and one more for the outputs).
+`PERSISTENT_LIMIT`; otherwise *looped* (one loop over the row per reduction, and one more for the outputs; a
+mean and the variance around it share one loop, see codegen/welford.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fusionlab.builder import compute_dtype
+from fusionlab.codegen import welford
 from fusionlab.fusion.domain import Domain, alignment, non_unit
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Node, Ref, static_value
@@ -107,7 +109,7 @@ class KernelSource:
 
     @property
     def constexprs(self) -> tuple[str, ...]:
-        return ("XBLOCK",) if self.kind == "pointwise" else ("XBLOCK", "RBLOCK")
+        return ("XBLOCK", "EVEN_X") if self.kind == "pointwise" else ("XBLOCK", "RBLOCK", "EVEN_X", "EVEN_R")
 
 
 def _literal(value: object, dtype: torch.dtype) -> str:
@@ -121,6 +123,11 @@ def _literal(value: object, dtype: torch.dtype) -> str:
             return 'float("inf")' if number > 0 else 'float("-inf")'
         return repr(number)
     return repr(int(value))  # type: ignore[call-overload]
+
+
+def _mask(index: str, numel: str, even: str, shape: str) -> str:
+    """A bounds mask that is a constant True when the launch says the size divides the block."""
+    return f"tl.full({shape}, True, tl.int1) if {even} else {index} < {numel}"
 
 
 @dataclass
@@ -142,6 +149,7 @@ class KernelWriter:
         # Index variables (d0, d1, ...) are reserved up front so no value name can take them.
         self.namer = Namer({f"d{i}" for i in range(len(group.domain.shape))} | {
                             "xindex", "rindex", "xmask", "rmask", "mask", "xnumel", "rnumel", "XBLOCK", "RBLOCK",
+                            "EVEN_X", "EVEN_R",
                             "roffset", "xoffset", "take", "candidate"})
         self.arguments: dict[str, KernelArgument] = {}
         self.reduction = self.domain.is_reduction
@@ -160,6 +168,8 @@ class KernelWriter:
         self.persistent = (self.reduction and not force_looped and rnumel is not None and rnumel <= PERSISTENT_LIMIT
                            and self._trailing_axes())
         self.globals: dict[str, str] = {}  # reduction results, visible after their loop
+        # A looped mean followed by a sum/mean of squared deviations from it: both in one Welford pass.
+        self.welford = welford.partners(graph, group.nodes) if self.reduction and not self.persistent else {}
         self.top = _Scope([])
         self.dim_lines: dict[str, str] = {}
 
@@ -412,6 +422,8 @@ class KernelWriter:
                     "amin": f"tl.reduce({masked}, 1, _minimum){keep}",
                 }[node.op]
                 self.top.lines.append(f"    {result} = {line}")
+        elif node.name in self.welford:
+            self._welford(node, source, result, tl_type)
         else:
             accumulator = self.namer.identifier(f"acc_{result}")
             positions = self.namer.identifier(f"{accumulator}_index")
@@ -456,12 +468,27 @@ class KernelWriter:
         self.globals[node.name] = result
         return result
 
+    def _welford(self, node: Node, source: Node, result: str, tl_type: str) -> None:
+        """`node` (a mean) and its partner (the sum or mean of squared deviations from it) in one pass."""
+        second = self.graph[self.welford[node.name]]
+        variance = self.namer.identifier(second.name)
+        mean, m2, count, delta, total = (self.namer.identifier(f"{result}_{part}")
+                                         for part in ("running", "m2", "count", "delta", "total"))
+        lines = self.top.lines
+        lines.extend(f"    {acc} = tl.zeros([XBLOCK, RBLOCK], {tl_type})" for acc in (mean, m2, count))
+        loop = self._open_loop()
+        value = self.emit(source.name, self.full_map(), loop)
+        loop.lines.extend(welford.loop_lines(loop.indent, value, mean, m2, count, delta))
+        lines.extend(loop.lines)
+        lines.extend(welford.combine_lines(mean, m2, count, result, variance, total, second.op == "mean"))
+        self.globals[second.name] = variance
+
     def _open_loop(self) -> _Scope:
         loop = _Scope([], indent="        ")
         loop.lines.extend([
             "    for roffset in range(0, rnumel, RBLOCK):",
             "        rindex = roffset + tl.arange(0, RBLOCK)[None, :]",
-            "        rmask = rindex < rnumel",
+            f"        rmask = {_mask('rindex', 'rnumel', 'EVEN_R', '[1, RBLOCK]')}",
             "        mask = xmask & rmask",
         ])
         return loop
@@ -514,19 +541,21 @@ class KernelWriter:
         return self._assemble()
 
     def _header(self) -> list[str]:
+        # EVEN_X / EVEN_R are set at launch when the size is a multiple of the block: the mask is then a constant
+        # True, which Triton folds away (unmasked, vectorised loads and stores; measured 4% on gelu(x + b)).
         if self.tiled:
             return ["    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
-                    "    xmask = xindex < xnumel",
+                    f"    xmask = {_mask('xindex', 'xnumel', 'EVEN_X', '[XBLOCK, 1]')}",
                     "    rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]",
-                    "    rmask = rindex < rnumel", "    mask = xmask & rmask"]
+                    f"    rmask = {_mask('rindex', 'rnumel', 'EVEN_R', '[1, RBLOCK]')}", "    mask = xmask & rmask"]
         if not self.reduction:
             return ["    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)",
-                    "    xmask = xindex < xnumel"]
+                    f"    xmask = {_mask('xindex', 'xnumel', 'EVEN_X', '[XBLOCK]')}"]
         lines = ["    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
-                 "    xmask = xindex < xnumel"]
+                 f"    xmask = {_mask('xindex', 'xnumel', 'EVEN_X', '[XBLOCK, 1]')}"]
         if self.persistent:
-            lines += ["    rindex = tl.arange(0, RBLOCK)[None, :]", "    rmask = rindex < rnumel",
-                      "    mask = xmask & rmask"]
+            lines += ["    rindex = tl.arange(0, RBLOCK)[None, :]",
+                      f"    rmask = {_mask('rindex', 'rnumel', 'EVEN_R', '[1, RBLOCK]')}", "    mask = xmask & rmask"]
         return lines
 
     def _assemble(self) -> KernelSource:
@@ -534,12 +563,15 @@ class KernelWriter:
                          key=lambda a: ["input", "output", "size", "stride", "scalar"].index(a.role))
         numels = ["xnumel", "rnumel"] if self.two_d else ["xnumel"]
         constexprs = ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.two_d else [])
+        constexprs += ["EVEN_X: tl.constexpr"] + (["EVEN_R: tl.constexpr"] if self.two_d else [])
         params = [a.name for a in ordered] + numels + constexprs
         primitives = [self.graph[n].op for n in self.group.nodes if self.graph[n].kind != "view"]
         read = ", ".join(f"{v} ({self.graph[v].type.text()})" for v in self.group.inputs) or "nothing"
         written = ", ".join(f"{v} ({self.graph[v].type.text()})" for v in self.group.outputs)
-        style = ("persistent reduction: each row stays in registers, one pass" if self.persistent else
-                 "looped reduction: one pass over each row per reduction, one more for the outputs"
+        looped = "looped reduction: one pass over each row per reduction, one more for the outputs"
+        if self.welford:
+            looped += "; a mean and the variance around it share one pass (Welford)"
+        style = ("persistent reduction: each row stays in registers, one pass" if self.persistent else looped
                  if self.reduction else "pointwise over a 2-D tile [rows, last dimension]: broadcast operands "
                  "are indexed by row or column, no division" if self.tiled else "pointwise: one flat pass")
         lines = [

@@ -57,12 +57,13 @@ def _cuda(shape: KernelShape) -> LaunchConfig:
     if shape.kind == "tiled":
         return _tiled(shape, 4096, 1024)
     if shape.kind == "outer_reduction":
-        # Wide enough along the contiguous outer dimension to read whole 32-byte sectors, narrow enough to give
-        # the GPU ~512 programs (an 8192-column sum has only 64 programs at XBLOCK=128 and reaches 20%).
-        xblock = max(16, min(128, triton.next_power_of_2(triton.cdiv(max(shape.xnumel, 1), 512))))
+        # 32 columns (64 contiguous bytes of bf16) by up to 256 rows, 16 warps: the best of 72 configs for a sum
+        # over axis 0 of 8192 x 8192 on an H200 (0.045 ms; 16 x 128 with 8 warps 0.052; 128 x 16 0.083), and for
+        # column_normalize (0.166 ms against 0.188). Narrower when there are too few columns to fill the GPU.
+        xblock = 32 if shape.xnumel >= 4096 else 16
         xblock = min(xblock, triton.next_power_of_2(max(shape.xnumel, 1)))
-        rblock = max(16, min(128, 2048 // xblock, triton.next_power_of_2(max(shape.rnumel, 1))))
-        return LaunchConfig(xblock, rblock, 8 if xblock * rblock >= 2048 else 4)
+        rblock = max(16, min(256, triton.next_power_of_2(max(shape.rnumel, 1))))
+        return LaunchConfig(xblock, rblock, max(1, min(16, xblock * rblock // 256)))
     if shape.kind == "pointwise":
         xblock = min(1024, triton.next_power_of_2(max(shape.xnumel, 1)))
         return LaunchConfig(xblock, 1, 4 if xblock >= 512 else max(1, xblock // 128))
@@ -107,8 +108,8 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
                 if warps * 32 <= rows * rblock:
                     found.append(LaunchConfig(rows, rblock, warps))
     elif shape.kind == "outer_reduction":
-        for xblock, rblock in ((16, 128), (32, 64), (64, 64), (128, 32), (16, 256), (32, 128)):
-            for warps in (4, 8):
+        for xblock, rblock in ((16, 128), (32, 64), (32, 128), (32, 256), (16, 256), (64, 64)):
+            for warps in (8, 16):
                 found.append(LaunchConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), rblock, warps))
     else:
         for rblock in (1024, 2048, 4096):

@@ -62,11 +62,7 @@ class KernelHandle:
             if self.compiled is None:
                 self.compiled = compiled
             if device.index == torch.cuda.current_device():
-                meta: dict[str, Any] = {"XBLOCK": config.XBLOCK}
-                numels: tuple[int, ...] = (shape.xnumel,)
-                if self.kind != "pointwise":
-                    meta["RBLOCK"] = config.RBLOCK
-                    numels = (shape.xnumel, shape.rnumel)
+                numels, meta = self._meta(config, shape)
                 self.ready[(xnumel, rnumel, device.index)] = (self.function("cuda"), config.grid(shape), numels,
                                                              config.num_warps, meta)
         self.last_config = config
@@ -76,19 +72,20 @@ class KernelHandle:
         shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy)
         config = self.tuned.get(shape) or choose(shape, "cuda")
         self.tuned[shape] = config
-        meta: dict[str, Any] = {"XBLOCK": config.XBLOCK}
-        numels: tuple[int, ...] = (shape.xnumel,)
-        if self.kind != "pointwise":
-            meta["RBLOCK"] = config.RBLOCK
-            numels = (shape.xnumel, shape.rnumel)
+        numels, meta = self._meta(config, shape)
         self.function("cuda").warmup(*args, *numels, grid=config.grid(shape), num_warps=config.num_warps, **meta)
 
+    def _meta(self, config: LaunchConfig, shape: KernelShape) -> tuple[tuple[int, ...], dict[str, Any]]:
+        """The size arguments and constexprs of one launch: blocks, and whether each size divides its block
+        (the kernel then drops that bounds mask)."""
+        meta: dict[str, Any] = {"XBLOCK": config.XBLOCK, "EVEN_X": shape.xnumel % config.XBLOCK == 0}
+        if self.kind == "pointwise":
+            return (shape.xnumel,), meta
+        meta |= {"RBLOCK": config.RBLOCK, "EVEN_R": shape.rnumel % config.RBLOCK == 0}
+        return (shape.xnumel, shape.rnumel), meta
+
     def _run(self, backend: str, config: LaunchConfig, shape: KernelShape, args: tuple[Any, ...]) -> Any:
-        meta: dict[str, Any] = {"XBLOCK": config.XBLOCK}
-        two_d = self.kind != "pointwise"
-        if two_d:
-            meta["RBLOCK"] = config.RBLOCK
-        numels = (shape.xnumel, shape.rnumel) if two_d else (shape.xnumel,)
+        numels, meta = self._meta(config, shape)
         kernel = self.function(backend)
         if backend == "interpreter":
             return kernel[config.grid(shape)](*args, *numels, **meta)

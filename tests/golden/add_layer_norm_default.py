@@ -1,13 +1,13 @@
 @triton.jit
-def reduction_0_add_mean_sub_mul_rsqrt(in_x, in_r, in_w, in_b, out_add, out_add_2, stride_w_0, stride_b_0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def reduction_0_add_mean_sub_mul_rsqrt(in_x, in_r, in_w, in_b, out_add, out_add_2, stride_w_0, stride_b_0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: add, mean, sub, mul, mean, add, rsqrt, mul, mul, add
     # reads 2304 bytes: x (float32[8, 32]), r (float32[8, 32]), w (float32[32]), b (float32[32])
     # writes 2048 bytes: add (float32[8, 32]), add_2 (float32[8, 32])
     # persistent reduction: each row stays in registers, one pass
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+    rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
     x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
     r = tl.load(in_r + xindex * rnumel + rindex, mask=mask, other=0)

@@ -1,13 +1,13 @@
 @triton.jit
-def pointwise_0_add_mul_erf(in_x, in_b, out_mul_2, stride_b_0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def pointwise_0_add_mul_erf(in_x, in_b, out_mul_2, stride_b_0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: add, mul, erf, mul, add, mul
     # reads 1152 bytes: b (float32[32]), x (float32[8, 32])
     # writes 1024 bytes: mul_2 (float32[8, 32])
     # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+    rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
     x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
     b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0)

@@ -1,11 +1,11 @@
 @triton.jit
-def pointwise_0_mul_maximum(in_x, out_maximum, xnumel, XBLOCK: tl.constexpr):
+def pointwise_0_mul_maximum(in_x, out_maximum, xnumel, XBLOCK: tl.constexpr, EVEN_X: tl.constexpr):
     # primitives: mul, maximum
     # reads 1024 bytes: x (float32[8, 32])
     # writes 1024 bytes: maximum (float32[8, 32])
     # pointwise: one flat pass
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK], True, tl.int1) if EVEN_X else xindex < xnumel
     x = tl.load(in_x + xindex, mask=xmask, other=0)
     mul = (x * 2.0)
     maximum = tl.maximum(mul, 0.0, propagate_nan=tl.PropagateNan.ALL)
@@ -13,15 +13,15 @@ def pointwise_0_mul_maximum(in_x, out_maximum, xnumel, XBLOCK: tl.constexpr):
 
 
 @triton.jit
-def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_mm_0, stride_mm_1, stride_b_0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_mm_0, stride_mm_1, stride_b_0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: add, mul, erf, mul, add, mul
     # reads 576 bytes: b (float32[16]), mm (float32[8, 16])
     # writes 512 bytes: mul_3 (float32[8, 16])
     # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+    rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
     d0 = xindex
     mm = tl.load(in_mm + d0 * stride_mm_0 + rindex * stride_mm_1, mask=mask, other=0)

@@ -1,13 +1,13 @@
 @triton.jit
-def reduction_0_amax_sub_exp_sum_div(in_x, out_div, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def reduction_0_amax_sub_exp_sum_div(in_x, out_div, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: amax, sub, exp, sum, div
     # reads 1024 bytes: x (float32[8, 32])
     # writes 1024 bytes: div (float32[8, 32])
     # persistent reduction: each row stays in registers, one pass
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+    rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
     x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
     amax = tl.reduce(tl.where(mask, x, float("-inf")), 1, _maximum)[:, None]

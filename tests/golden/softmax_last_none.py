@@ -1,13 +1,13 @@
 @triton.jit
-def reduction_0_amax(in_x, out_amax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def reduction_0_amax(in_x, out_amax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: amax
     # reads 1024 bytes: x (float32[8, 32])
     # writes 32 bytes: amax (float32[8, 1])
     # persistent reduction: each row stays in registers, one pass
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+    rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
     x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
     amax = tl.reduce(tl.where(mask, x, float("-inf")), 1, _maximum)[:, None]
@@ -15,15 +15,15 @@ def reduction_0_amax(in_x, out_amax, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOC
 
 
 @triton.jit
-def pointwise_2_sub(in_x, in_expand, out_sub, stride_expand_0, stride_expand_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def pointwise_2_sub(in_x, in_expand, out_sub, stride_expand_0, stride_expand_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: sub
     # reads 1056 bytes: x (float32[8, 32]), expand (float32[8, 32])
     # writes 1024 bytes: sub (float32[8, 32])
     # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+    rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
     d0 = xindex
     x = tl.load(in_x + xindex * rnumel + rindex, mask=mask, other=0)
@@ -33,28 +33,28 @@ def pointwise_2_sub(in_x, in_expand, out_sub, stride_expand_0, stride_expand_1, 
 
 
 @triton.jit
-def pointwise_3_exp(in_sub, out_exp, xnumel, XBLOCK: tl.constexpr):
+def pointwise_3_exp(in_sub, out_exp, xnumel, XBLOCK: tl.constexpr, EVEN_X: tl.constexpr):
     # primitives: exp
     # reads 1024 bytes: sub (float32[8, 32])
     # writes 1024 bytes: exp (float32[8, 32])
     # pointwise: one flat pass
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK], True, tl.int1) if EVEN_X else xindex < xnumel
     sub = tl.load(in_sub + xindex, mask=xmask, other=0)
     exp = tl.exp(sub)
     tl.store(out_exp + xindex, exp, mask=xmask)
 
 
 @triton.jit
-def reduction_4_sum(in_exp, out_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def reduction_4_sum(in_exp, out_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: sum
     # reads 1024 bytes: exp (float32[8, 32])
     # writes 32 bytes: sum (float32[8, 1])
     # persistent reduction: each row stays in registers, one pass
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+    rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
     exp = tl.load(in_exp + xindex * rnumel + rindex, mask=mask, other=0)
     sum_ = tl.sum(tl.where(mask, exp, 0), 1)[:, None]
@@ -62,15 +62,15 @@ def reduction_4_sum(in_exp, out_sum, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOC
 
 
 @triton.jit
-def pointwise_6_div(in_exp, in_expand_1, out_div, stride_expand_1_0, stride_expand_1_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def pointwise_6_div(in_exp, in_expand_1, out_div, stride_expand_1_0, stride_expand_1_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: div
     # reads 1056 bytes: exp (float32[8, 32]), expand_1 (float32[8, 32])
     # writes 1024 bytes: div (float32[8, 32])
     # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+    rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
     d0 = xindex
     exp = tl.load(in_exp + xindex * rnumel + rindex, mask=mask, other=0)

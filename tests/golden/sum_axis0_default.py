@@ -1,16 +1,16 @@
 @triton.jit
-def reduction_0_sum(in_x, out_sum, stride_x_0, stride_x_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def reduction_0_sum(in_x, out_sum, stride_x_0, stride_x_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: sum
     # reads 1024 bytes: x (float32[8, 32])
     # writes 128 bytes: sum (float32[32])
     # looped reduction: one pass over each row per reduction, one more for the outputs
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     d1 = xindex
     acc_sum = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     for roffset in range(0, rnumel, RBLOCK):
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
-        rmask = rindex < rnumel
+        rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
         mask = xmask & rmask
         x = tl.load(in_x + rindex * stride_x_0 + d1 * stride_x_1, mask=mask, other=0)
         acc_sum = acc_sum + tl.where(mask, x, 0)

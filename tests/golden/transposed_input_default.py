@@ -1,13 +1,13 @@
 @triton.jit
-def pointwise_0_exp_add(in_x, out_add, stride_x_0, stride_x_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+def pointwise_0_exp_add(in_x, out_add, stride_x_0, stride_x_1, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: exp, add
     # reads 1024 bytes: x (float32[8, 32])
     # writes 1024 bytes: add (float32[8, 32])
     # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
+    xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
+    rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
     d0 = xindex
     x = tl.load(in_x + d0 * stride_x_0 + rindex * stride_x_1, mask=mask, other=0)

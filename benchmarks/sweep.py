@@ -1,0 +1,204 @@
+"""Launch-config and source-variant sweep of fusionlab's own kernels on the GPU, in one run.
+
+For each single-kernel workload: our default program, Inductor, then the generated kernel relaunched with each
+config of a small grid and with each source variant (a text edit of the generated kernel: the hypothesis under
+test). Every variant that claims to be correct is checked against eager before it is timed; diagnostic variants
+(`*_free`: an op replaced by something cheap, to see what it costs) are timed only.
+
+    python benchmarks/sweep.py OUT.json [workload ...]
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+import triton.testing
+
+import fusionlab as fl
+from fusionlab import workloads
+from fusionlab.runtime.interpreter import build_module
+
+
+def _drop_masks(source: str) -> str:
+    """Every load and store unmasked, every `tl.where(mask, v, identity)` just `v` (valid when the sizes divide)."""
+    source = re.sub(r", mask=(mask|xmask|rmask), other=0\)", ")", source)
+    source = re.sub(r", mask=(mask|xmask|rmask)\)", ")", source)
+    source = re.sub(r"tl\.where\(mask, ([a-z_0-9]+), [^)]+\)", r"\1", source)
+    return source
+
+
+def _rnumel_constexpr(source: str) -> str:
+    return source.replace(", rnumel, XBLOCK", ", rnumel: tl.constexpr, XBLOCK")
+
+
+def _erf_free(source: str) -> str:
+    return source.replace("tl.erf(", "(")
+
+
+VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, checked against eager)
+    "current": (lambda s: s, True),
+    "nomask": (_drop_masks, True),
+    "rconst": (_rnumel_constexpr, True),
+    "rconst_nomask": (lambda s: _drop_masks(_rnumel_constexpr(s)), True),
+    "erf_free": (_erf_free, False),
+}
+
+
+def _configs(kind: str, xnumel: int, rnumel: int) -> list[tuple[int, int, int, int]]:
+    """(XBLOCK, RBLOCK, num_warps, num_stages) to try for one kernel kind."""
+    p2 = triton.next_power_of_2
+    if kind == "tiled":
+        shapes = [(1, 4096), (2, 2048), (4, 1024), (8, 1024), (8, 512), (16, 256), (4, 2048), (16, 512)]
+        return [(x, r, w, 1) for (x, r), w in itertools.product(shapes, (4, 8))]
+    if kind == "outer_reduction":
+        shapes = [(16, 128), (16, 256), (16, 512), (32, 64), (32, 128), (32, 256), (64, 64), (64, 128),
+                  (128, 16), (128, 32), (8, 256), (8, 512)]
+        found = [(x, r, w, s) for (x, r), w, s in itertools.product(shapes, (4, 8, 16), (1, 3))
+                 if x * r <= 16384 and w * 32 <= x * r]
+        return found
+    rblock = p2(rnumel)
+    return [(x, rblock, w, 1) for x, w in itertools.product((1, 2, 4), (4, 8, 16, 32))
+            if x * rblock <= 32768 and w * 32 <= x * rblock]
+
+
+def _time(fn: Callable[[], Any]) -> float:
+    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+
+
+@triton.jit
+def _column_partials(x_ptr, partial_ptr, rows, cols, chunk, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    # split reduction, first kernel: program (column block, split) sums `chunk` rows of XBLOCK columns
+    cindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[None, :]
+    cmask = cindex < cols
+    start = tl.program_id(1) * chunk
+    acc = tl.zeros([RBLOCK, XBLOCK], tl.float32)
+    for offset in range(start, start + chunk, RBLOCK):
+        rindex = offset + tl.arange(0, RBLOCK)[:, None]
+        mask = (rindex < rows) & cmask
+        acc += tl.load(x_ptr + rindex * cols + cindex, mask=mask, other=0).to(tl.float32)
+    tl.store(partial_ptr + tl.program_id(1) * cols + cindex, tl.sum(acc, 0)[None, :], mask=cmask)
+
+
+@triton.jit
+def _column_finish(partial_ptr, out_ptr, splits, cols, XBLOCK: tl.constexpr, SBLOCK: tl.constexpr):
+    cindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[None, :]
+    sindex = tl.arange(0, SBLOCK)[:, None]
+    mask = (sindex < splits) & (cindex < cols)
+    values = tl.load(partial_ptr + sindex * cols + cindex, mask=mask, other=0)
+    tl.store(out_ptr + cindex, tl.sum(values, 0)[None, :], mask=cindex < cols)
+
+
+def split_sum(x: torch.Tensor, splits: int, xblock: int, rblock: int, warps: int) -> Callable[[], torch.Tensor]:
+    rows, cols = x.shape
+    partial = torch.empty((splits, cols), dtype=torch.float32, device=x.device)
+    out = torch.empty((cols,), dtype=x.dtype, device=x.device)
+    chunk = triton.cdiv(triton.cdiv(rows, splits), rblock) * rblock
+
+    def run() -> torch.Tensor:
+        _column_partials[(triton.cdiv(cols, xblock), splits)](x, partial, rows, cols, chunk, XBLOCK=xblock,
+                                                               RBLOCK=rblock, num_warps=warps)
+        _column_finish[(triton.cdiv(cols, 128),)](partial, out, splits, cols, XBLOCK=128,
+                                                 SBLOCK=triton.next_power_of_2(splits), num_warps=4)
+        return out
+    return run
+
+
+def sweep(name: str, budget_s: float) -> dict[str, Any]:
+    fn, inputs = workloads.get(name).build("gpu", "cuda", torch.bfloat16)
+    with torch.no_grad():
+        expected = fn(*inputs)
+    row: dict[str, Any] = {"workload": name}
+    ex = fl.explore(fn, *inputs)
+    got = ex(*inputs)
+    torch.testing.assert_close(got.float(), expected.float(), atol=5e-2, rtol=2e-2)
+    row["fusionlab_ms"] = _time(lambda: ex(*inputs))
+    compiled = torch.compile(fn)
+    compiled(*inputs)
+    row["inductor_ms"] = _time(lambda: compiled(*inputs))
+    row["eager_ms"] = _time(lambda: fn(*inputs))
+    records = ex.compiled.recorder.records
+    ex.compiled.recorder.records.clear()
+    ex.compiled.dry_run(*inputs)
+    if len(records) != 1:
+        row["note"] = f"{len(records)} launches: only single-kernel programs are swept"
+        return row
+    handle, args, xnumel, rnumel = records[0]
+    output_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+                        and a.data_ptr() not in {t.data_ptr() for t in inputs}]
+    target = args[output_positions[0]]
+    row["kind"], row["default"] = handle.kind, str(handle.last_config)
+    results: list[tuple[str, tuple[int, int, int, int], float]] = []
+    start = time.perf_counter()
+    for variant, (edit, checked) in VARIANTS.items():
+        source = edit(handle.source)
+        if source == handle.source and variant != "current":
+            continue
+        kernel = build_module(source, f"{handle.name}_{variant}", interpret=False)[handle.name]
+        for xblock, rblock, warps, stages in _configs(handle.kind, xnumel, rnumel):
+            if time.perf_counter() - start > budget_s:
+                row["truncated"] = True
+                break
+            if variant.startswith("nomask") or "nomask" in variant:
+                if xnumel % xblock or (handle.kind != "pointwise" and rnumel % rblock):
+                    continue
+            grid = (triton.cdiv(xnumel, xblock),) if handle.kind != "tiled" else (
+                triton.cdiv(xnumel, xblock), triton.cdiv(rnumel, rblock))
+            meta = {"XBLOCK": xblock} | ({"RBLOCK": rblock} if handle.kind != "pointwise" else {})
+            numels = (xnumel, rnumel) if handle.kind != "pointwise" else (xnumel,)
+
+            def launch(kernel: Any = kernel, grid: Any = grid, meta: Any = meta, numels: Any = numels,
+                       warps: int = warps, stages: int = stages) -> None:
+                kernel[grid](*args, *numels, num_warps=warps, num_stages=stages, **meta)
+            try:
+                target.zero_()
+                launch()
+                torch.cuda.synchronize()
+            except Exception as error:  # noqa: BLE001 - a config that does not compile is reported, not fatal
+                results.append((variant, (xblock, rblock, warps, stages), float("nan")))
+                row.setdefault("errors", []).append(f"{variant} {xblock},{rblock},{warps}: {type(error).__name__}")
+                continue
+            if checked:
+                torch.testing.assert_close(target.float(), expected.float(), atol=5e-2, rtol=2e-2)
+            results.append((variant, (xblock, rblock, warps, stages), _time(launch)))
+    row["results"] = [[v, list(c), t] for v, c, t in results]
+    best: dict[str, tuple[float, Any]] = {}
+    for variant, config, ms in results:
+        if ms == ms and (variant not in best or ms < best[variant][0]):
+            best[variant] = (ms, config)
+    row["best"] = {v: [ms, list(c)] for v, (ms, c) in best.items()}
+    if name == "sum_rows":
+        x = inputs[0]
+        split_results = []
+        for splits, xblock, rblock, warps in itertools.product((8, 16, 32), (64, 128), (32, 64), (4, 8)):
+            run = split_sum(x, splits, xblock, rblock, warps)
+            torch.testing.assert_close(run().float(), expected.float(), atol=5e-1, rtol=2e-2)
+            split_results.append([[splits, xblock, rblock, warps], _time(run)])
+        row["split"] = sorted(split_results, key=lambda r: r[1])[:8]
+    return row
+
+
+def main(out: str, names: list[str]) -> None:
+    rows = []
+    budget = 40.0
+    for name in names:
+        row = sweep(name, budget)
+        rows.append(row)
+        summary = {k: row[k] for k in ("workload", "fusionlab_ms", "inductor_ms", "default") if k in row}
+        print(json.dumps(summary), json.dumps(row.get("best")), json.dumps(row.get("split", [])[:3]), flush=True)
+        with open(out, "w") as handle:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "triton": triton.__version__, "rows": rows}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:] or ["rms_norm", "gelu_bias", "sum_rows", "column_normalize", "layer_norm",
+                                       "softmax"])
