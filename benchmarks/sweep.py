@@ -44,12 +44,23 @@ def _erf_free(source: str) -> str:
     return source.replace("tl.erf(", "(")
 
 
+def _evict(source: str) -> str:
+    """Inductor's hints for looped rows: the first pass keeps the row in L2 for the pass that re-reads it."""
+    loops = source.split("for roffset in range(0, rnumel, RBLOCK):")
+    if len(loops) < 3:
+        return source
+    loops[1] = loops[1].replace("other=0)", "other=0, eviction_policy='evict_last')")
+    loops[-1] = loops[-1].replace("other=0)", "other=0, eviction_policy='evict_first')")
+    return "for roffset in range(0, rnumel, RBLOCK):".join(loops)
+
+
 VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, checked against eager)
     "current": (lambda s: s, True),
     "nomask": (_drop_masks, True),
     "rconst": (_rnumel_constexpr, True),
     "rconst_nomask": (lambda s: _drop_masks(_rnumel_constexpr(s)), True),
     "erf_free": (_erf_free, False),
+    "evict": (_evict, True),
 }
 
 
@@ -65,6 +76,9 @@ def _configs(kind: str, xnumel: int, rnumel: int) -> list[tuple[int, int, int, i
         found = [(x, r, w, s) for (x, r), w, s in itertools.product(shapes, (4, 8, 16), (1, 3))
                  if x * r <= 16384 and w * 32 <= x * r]
         return found
+    if kind == "looped":
+        return [(x, r, w, 1) for x, r, w in itertools.product((1, 2), (1024, 2048, 4096), (4, 8, 16))
+                if w * 32 <= x * r]
     rblock = p2(rnumel)
     return [(x, rblock, w, 1) for x, w in itertools.product((1, 2, 4), (4, 8, 16, 32))
             if x * rblock <= 32768 and w * 32 <= x * rblock]
@@ -112,12 +126,13 @@ def split_sum(x: torch.Tensor, splits: int, xblock: int, rblock: int, warps: int
     return run
 
 
-def sweep(name: str, budget_s: float) -> dict[str, Any]:
+def sweep(label: str, budget_s: float) -> dict[str, Any]:
+    name, _, mode = label.partition(":")  # "rms_norm:looped" forces looped reductions
     fn, inputs = workloads.get(name).build("gpu", "cuda", torch.bfloat16)
     with torch.no_grad():
         expected = fn(*inputs)
-    row: dict[str, Any] = {"workload": name}
-    ex = fl.explore(fn, *inputs)
+    row: dict[str, Any] = {"workload": label}
+    ex = fl.explore(fn, *inputs, looped_reductions=mode == "looped")
     got = ex(*inputs)
     torch.testing.assert_close(got.float(), expected.float(), atol=5e-2, rtol=2e-2)
     row["fusionlab_ms"] = _time(lambda: ex(*inputs))
@@ -143,7 +158,8 @@ def sweep(name: str, budget_s: float) -> dict[str, Any]:
         if source == handle.source and variant != "current":
             continue
         kernel = build_module(source, f"{handle.name}_{variant}", interpret=False)[handle.name]
-        for xblock, rblock, warps, stages in _configs(handle.kind, xnumel, rnumel):
+        kind = "looped" if handle.kind == "reduction" and not handle.persistent else handle.kind
+        for xblock, rblock, warps, stages in _configs(kind, xnumel, rnumel):
             if time.perf_counter() - start > budget_s:
                 row["truncated"] = True
                 break
@@ -152,7 +168,8 @@ def sweep(name: str, budget_s: float) -> dict[str, Any]:
                     continue
             grid = (triton.cdiv(xnumel, xblock),) if handle.kind != "tiled" else (
                 triton.cdiv(xnumel, xblock), triton.cdiv(rnumel, rblock))
-            meta = {"XBLOCK": xblock} | ({"RBLOCK": rblock} if handle.kind != "pointwise" else {})
+            meta = {"XBLOCK": xblock, "EVEN_X": xnumel % xblock == 0} | (
+                {"RBLOCK": rblock, "EVEN_R": rnumel % rblock == 0} if handle.kind != "pointwise" else {})
             numels = (xnumel, rnumel) if handle.kind != "pointwise" else (xnumel,)
 
             def launch(kernel: Any = kernel, grid: Any = grid, meta: Any = meta, numels: Any = numels,

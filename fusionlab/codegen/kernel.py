@@ -106,6 +106,7 @@ class KernelSource:
     persistent: bool
     domain: Domain
     heavy: int = 0  # special-function ops and extra stores per element: more warps hide their latency
+    accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live at once (block sizes shrink)
 
     @property
     def constexprs(self) -> tuple[str, ...]:
@@ -593,5 +594,9 @@ class KernelWriter:
         kind = "tiled" if self.tiled else self.group.kind
         if self.reduction and not self._trailing_axes():
             kind = "outer_reduction"
+        accumulators = 1
+        if self.reduction and not self.persistent:
+            accumulators = 3 if self.welford else 2 if any(self.graph[n].op in ("argmax", "argmin")
+                                                           for n in self.group.nodes) else 1
         return KernelSource(self.name, self.group.name, kind, "\n".join(lines) + "\n", arguments,
-                            self.persistent, self.domain, heavy)
+                            self.persistent, self.domain, heavy, accumulators)

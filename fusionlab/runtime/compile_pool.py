@@ -43,7 +43,7 @@ class Warmable(Protocol):
 
     name: str
 
-    def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> None: ...
+    def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> Any: ...
 
 
 Launch = tuple[Any, tuple[Any, ...], int, int]  # (handle, kernel arguments, xnumel, rnumel), as LaunchRecorder keeps
@@ -135,30 +135,55 @@ def compile_all(launches: Sequence[Launch], workers: str = "processes") -> None:
     triton_key()
     count = min(len(unique), _cpus())
     if workers == "processes" and count > 1 and processes_available():
-        _compile_in_processes(unique, count)
+        kernels = _compile_in_processes(unique, count)
     else:
-        _compile_in_threads(unique, max(1, min(8, len(unique))))
+        kernels = _compile_in_threads(unique, max(1, min(8, len(unique))))
+    _load_in_threads(kernels, unique[0][1])
 
 
-def _warm(launch: Launch) -> None:
-    launch[0].warm(*launch[1], xnumel=launch[2], rnumel=launch[3])
+def _load_in_threads(kernels: list[Any], args: tuple[Any, ...]) -> None:
+    """Load each compiled kernel and build its launcher before the first call, in threads. Triton builds one
+    launcher per kernel signature with the C compiler, at the first launch, one after another (gpt_block's first
+    call after its kernels were compiled still took 1.6 s on the H200 host); the C compiler runs as a
+    subprocess, so threads overlap."""
+    device = next((a.device for a in args if hasattr(a, "device")), None)
+    loadable = [k for k in kernels if hasattr(k, "_init_handles")]
+    if device is None or device.type != "cuda" or not loadable:
+        return
+    import torch
+
+    def load(kernel: Any) -> None:
+        with torch.cuda.device(device):  # the current device is per thread
+            kernel._init_handles()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(loadable)))) as pool:
+        list(pool.map(load, loadable))
 
 
-def _compile_in_threads(unique: list[Launch], count: int) -> None:
+def _warm(launch: Launch) -> Any:
+    return launch[0].warm(*launch[1], xnumel=launch[2], rnumel=launch[3])
+
+
+def _compile_in_threads(unique: list[Launch], count: int) -> list[Any]:
     with ThreadPoolExecutor(max_workers=count) as pool:
         futures = [(launch, pool.submit(_warm, launch)) for launch in unique]
+    kernels = []
     for launch, future in futures:
         if future.exception() is not None:
             # Concurrent ast.parse can fail spuriously ("AST constructor recursion depth mismatch", CPython
             # 3.11.7): compile that kernel again, alone; a real error then raises from here.
-            _warm(launch)
+            kernels.append(_warm(launch))
+        else:
+            kernels.append(future.result())
+    return kernels
 
 
-def _compile_in_processes(unique: list[Launch], count: int) -> None:
+def _compile_in_processes(unique: list[Launch], count: int) -> list[Any]:
     jobs = [job_for(launch[0], launch) for launch in unique]
     todo = [(launch, job) for launch, job in zip(unique, jobs) if job is not None]  # None: Triton holds it
+    kernels = [_warm(launch) for launch, job in zip(unique, jobs) if job is None]
     if not todo:
-        return
+        return kernels
     with _FORK_LOCK:
         _JOBS[:] = [job for _, job in todo]
         try:
@@ -173,9 +198,10 @@ def _compile_in_processes(unique: list[Launch], count: int) -> None:
                         # As each worker finishes, the parent loads that kernel from the cache while others compile.
                         for future in as_completed(futures):
                             future.result()
-                            _warm(waiting.pop(future))
+                            kernels.append(_warm(waiting.pop(future)))
                     except BrokenProcessPool:
                         names = ", ".join(launch[0].name for launch in waiting.values())
                         raise KernelCompileError(f"a compile worker died while compiling {names}") from None
         finally:
             _JOBS.clear()
+    return kernels

@@ -21,6 +21,7 @@ class KernelHandle:
     source: str
     persistent: bool
     heavy: int = 0
+    accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live (Welford: 3)
     modules: dict[str, dict[str, Any]] = field(default_factory=dict)
     compiled: Any = None  # the CompiledKernel of the first CUDA launch (asm stages)
     last_config: LaunchConfig | None = None
@@ -45,7 +46,7 @@ class KernelHandle:
                 fast[0][fast[1]](*args, *fast[2], num_warps=fast[3], **fast[4])
                 return
         backend = "cuda" if device.type == "cuda" else "interpreter"
-        shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy)
+        shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
         self.backends_used.add(backend)
         if backend == "interpreter":
             config = choose(shape, backend)
@@ -67,13 +68,15 @@ class KernelHandle:
                                                              config.num_warps, meta)
         self.last_config = config
 
-    def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
-        """Compile for CUDA without running (Triton's `warmup`) with the config the real launch will use."""
-        shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy)
+    def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> Any:
+        """Compile for CUDA without running (Triton's `warmup`) with the config the real launch will use; returns
+        Triton's compiled kernel."""
+        shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
         config = self.tuned.get(shape) or choose(shape, "cuda")
         self.tuned[shape] = config
         numels, meta = self._meta(config, shape)
-        self.function("cuda").warmup(*args, *numels, grid=config.grid(shape), num_warps=config.num_warps, **meta)
+        return self.function("cuda").warmup(*args, *numels, grid=config.grid(shape), num_warps=config.num_warps,
+                                            **meta)
 
     def _meta(self, config: LaunchConfig, shape: KernelShape) -> tuple[tuple[int, ...], dict[str, Any]]:
         """The size arguments and constexprs of one launch: blocks, and whether each size divides its block

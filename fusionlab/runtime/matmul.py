@@ -171,12 +171,13 @@ class MatmulHandle(KernelHandle):
         return self.function("cuda")[config.grid(shape)](*args, shape.m, shape.n, num_warps=config.num_warps,
                                                          num_stages=config.num_stages, **config.meta(shape))
 
-    def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
-        """Compile for CUDA without running, with the config the real launch will use."""
+    def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> Any:
+        """Compile for CUDA without running, with the config the real launch will use; returns the compiled kernel."""
         shape = self._shape(args, xnumel, rnumel)
         config = self._config(shape, args)
-        self.function("cuda").warmup(*args, shape.m, shape.n, grid=config.grid(shape), num_warps=config.num_warps,
-                                     num_stages=config.num_stages, **config.meta(shape))
+        return self.function("cuda").warmup(*args, shape.m, shape.n, grid=config.grid(shape),
+                                            num_warps=config.num_warps, num_stages=config.num_stages,
+                                            **config.meta(shape))
 
     def _tune_matmul(self, shape: MatmulShape, args: tuple[Any, ...]) -> MatmulConfig:
         """Time each candidate (CUDA events, median) and keep the fastest; a kernel only overwrites its outputs."""
@@ -198,4 +199,5 @@ def handle_for(kernel: KernelSource, module: str, autotune: bool) -> KernelHandl
     """The launcher of one generated kernel: a matmul handle for matmul kernels, else the general one."""
     if kernel.kind == "matmul":
         return MatmulHandle(kernel.name, kernel.kind, module, False, heavy=kernel.heavy, autotune=autotune)
-    return KernelHandle(kernel.name, kernel.kind, module, kernel.persistent, heavy=kernel.heavy, autotune=autotune)
+    return KernelHandle(kernel.name, kernel.kind, module, kernel.persistent, heavy=kernel.heavy,
+                        accumulators=kernel.accumulators, autotune=autotune)
