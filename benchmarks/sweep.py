@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import sys
 import time
@@ -54,6 +55,12 @@ def _evict(source: str) -> str:
     return "for roffset in range(0, rnumel, RBLOCK):".join(loops)
 
 
+def _pipelined(source: str) -> str:
+    """Loops as `tl.range` with software pipelining: the next tiles' loads are issued before this one is used."""
+    return source.replace("for roffset in range(0, rnumel, RBLOCK):",
+                          "for roffset in tl.range(0, rnumel, RBLOCK, num_stages=3):")
+
+
 VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, checked against eager)
     "current": (lambda s: s, True),
     "nomask": (_drop_masks, True),
@@ -61,6 +68,8 @@ VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, che
     "rconst_nomask": (lambda s: _drop_masks(_rnumel_constexpr(s)), True),
     "erf_free": (_erf_free, False),
     "evict": (_evict, True),
+    "pipelined": (_pipelined, True),
+    "pipelined_evict": (lambda s: _pipelined(_evict(s)), True),
 }
 
 
@@ -71,9 +80,8 @@ def _configs(kind: str, xnumel: int, rnumel: int) -> list[tuple[int, int, int, i
         shapes = [(1, 4096), (2, 2048), (4, 1024), (8, 1024), (8, 512), (16, 256), (4, 2048), (16, 512)]
         return [(x, r, w, 1) for (x, r), w in itertools.product(shapes, (4, 8))]
     if kind == "outer_reduction":
-        shapes = [(16, 128), (16, 256), (16, 512), (32, 64), (32, 128), (32, 256), (64, 64), (64, 128),
-                  (128, 16), (128, 32), (8, 256), (8, 512)]
-        found = [(x, r, w, s) for (x, r), w, s in itertools.product(shapes, (4, 8, 16), (1, 3))
+        shapes = [(32, 64), (32, 128), (32, 256), (64, 64), (64, 128), (16, 256)]
+        found = [(x, r, w, s) for (x, r), w, s in itertools.product(shapes, (8, 16, 32), (2, 3))
                  if x * r <= 16384 and w * 32 <= x * r]
         return found
     if kind == "looped":
@@ -153,7 +161,10 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
     row["kind"], row["default"] = handle.kind, str(handle.last_config)
     results: list[tuple[str, tuple[int, int, int, int], float]] = []
     start = time.perf_counter()
+    chosen = os.environ.get("SWEEP_VARIANTS")
     for variant, (edit, checked) in VARIANTS.items():
+        if chosen and variant not in chosen.split(","):
+            continue
         source = edit(handle.source)
         if source == handle.source and variant != "current":
             continue

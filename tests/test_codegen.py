@@ -124,7 +124,10 @@ def test_looped_reductions(name: str, fn: object, policy: str) -> None:
     ex = fl.explore(fn, x, policy=policy, looped_reductions=True)
     reductions = [k for k in ex.generated.kernels if "reduction" in k.kind]
     assert reductions and all(not k.persistent for k in reductions)
-    assert all("for roffset in range(0, rnumel, RBLOCK)" in k.source for k in reductions)
+    assert all("for roffset in " in k.source for k in reductions)
+    # strided tiles (reductions over leading axes) are software-pipelined; rows along the contiguous axis are not
+    assert all(("tl.range(0, rnumel, RBLOCK, num_stages=3)" in k.source) == (k.kind == "outer_reduction")
+               for k in reductions)
     fresh = torch.randn(3, 2500)
     torch.testing.assert_close(ex(fresh), fn(fresh), atol=1e-5, rtol=1e-4)  # type: ignore[operator]
     assert ex.verify().ok
@@ -147,7 +150,7 @@ def test_mean_and_variance_share_one_welford_pass(name: str, fn: object, shape: 
     ex = fl.explore(fn, torch.randn(shape), looped_reductions=True)
     (kernel,) = [k for k in ex.generated.kernels if "(Welford)" in k.source]  # var_mean's own mean: a 2nd kernel
     writes_rows = name in ("column_normalize", "layer_norm")  # then one more loop writes the normalised rows
-    assert kernel.source.count("for roffset in range(0, rnumel, RBLOCK)") == (2 if writes_rows else 1)
+    assert kernel.source.count("for roffset in ") == (2 if writes_rows else 1)
     fresh = torch.randn(shape) * 0.5 + 100.0
     torch.testing.assert_close(ex(fresh), fn(fresh), atol=2e-3, rtol=1e-3)  # type: ignore[operator]
 

@@ -58,15 +58,16 @@ def _cuda(shape: KernelShape) -> LaunchConfig:
     if shape.kind == "tiled":
         return _tiled(shape, 4096, 1024)
     if shape.kind == "outer_reduction":
-        # 32 columns (64 contiguous bytes of bf16) by up to 256 rows, 16 warps: the best of 72 configs for a sum
-        # over axis 0 of 8192 x 8192 on an H200 (0.045 ms; 16 x 128 with 8 warps 0.052; 128 x 16 0.083), and for
-        # column_normalize (0.166 ms against 0.188). Narrower when there are too few columns to fill the GPU.
+        # 32 columns (64 contiguous bytes of bf16) by up to 256 rows, 8 warps, with the loop software-pipelined
+        # (kernel.py): among the best of 36-72 configs per workload on an H200 (docs/PERFORMANCE.md): a sum over
+        # axis 0 of 8192 x 8192 0.045 ms (16 x 128 unpipelined 0.052; 128 x 16 0.083), column_normalize 0.129 ms.
+        # Narrower when there are too few columns to fill the GPU.
         xblock = 32 if shape.xnumel >= 4096 else 16
         xblock = min(xblock, triton.next_power_of_2(max(shape.xnumel, 1)))
         # Welford's three running tiles at 32 x 256 spill: 0.196 ms against 0.147 at 32 x 128 (column_normalize).
         cap = 256 if shape.accumulators < 3 else 128
         rblock = max(16, min(cap, triton.next_power_of_2(max(shape.rnumel, 1))))
-        return LaunchConfig(xblock, rblock, max(1, min(16, xblock * rblock // 256)))
+        return LaunchConfig(xblock, rblock, max(1, min(8, xblock * rblock // 256)))
     if shape.kind == "pointwise":
         xblock = min(1024, triton.next_power_of_2(max(shape.xnumel, 1)))
         return LaunchConfig(xblock, 1, 4 if xblock >= 512 else max(1, xblock // 128))
@@ -111,7 +112,7 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
                 if warps * 32 <= rows * rblock:
                     found.append(LaunchConfig(rows, rblock, warps))
     elif shape.kind == "outer_reduction":
-        for xblock, rblock in ((16, 128), (32, 64), (32, 128), (32, 256), (16, 256), (64, 64)):
+        for xblock, rblock in ((32, 64), (32, 128), (32, 256), (64, 128), (16, 256), (64, 64)):
             for warps in (8, 16):
                 found.append(LaunchConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), rblock, warps))
     else:

@@ -8,7 +8,7 @@ def reduction_0_sum(in_x, out_sum, stride_x_0, stride_x_1, xnumel, rnumel, XBLOC
     xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     d1 = xindex
     acc_sum = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    for roffset in range(0, rnumel, RBLOCK):
+    for roffset in tl.range(0, rnumel, RBLOCK, num_stages=3):
         rindex = roffset + tl.arange(0, RBLOCK)[None, :]
         rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
         mask = xmask & rmask
