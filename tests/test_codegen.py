@@ -268,3 +268,22 @@ def test_interpreted_runs_leave_triton_language_unchanged() -> None:
         names.discard("__annotations__")  # created by Python when anyone asks a class for it
         changed = sorted(k for k in names if saved.get(k) is not vars(module).get(k))
         assert not changed, f"{getattr(module, '__name__', module)} left patched: {changed[:10]}"
+
+
+def test_empty_sizes_keep_their_masks() -> None:
+    """A size of 0 divides every block, but no index is in bounds then: the launch must keep the mask (without it
+    the interpreter reads out of bounds and crashes the process)."""
+    from fusionlab.runtime.config import KernelShape, LaunchConfig
+    from fusionlab.runtime.launch import KernelHandle
+
+    handle = KernelHandle("k", "reduction", "", persistent=True)
+    config = LaunchConfig(4, 8, 1)
+    assert handle._meta(config, KernelShape("reduction", 8, 8, True))[1] == {
+        "XBLOCK": 4, "RBLOCK": 8, "EVEN_X": True, "EVEN_R": True}
+    _, meta = handle._meta(config, KernelShape("reduction", 8, 0, True))
+    assert meta["EVEN_X"] and not meta["EVEN_R"]
+    _, meta = handle._meta(config, KernelShape("reduction", 0, 8, True))
+    assert not meta["EVEN_X"] and meta["EVEN_R"]
+    for looped in (False, True):
+        ex = fl.explore(lambda x: (x.sum(-1), x.sum(0)), torch.randn(4, 0), looped_reductions=looped)
+        torch.testing.assert_close(ex(torch.randn(4, 0)), (torch.zeros(4), torch.zeros(0)))

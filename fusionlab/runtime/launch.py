@@ -81,10 +81,12 @@ class KernelHandle:
     def _meta(self, config: LaunchConfig, shape: KernelShape) -> tuple[tuple[int, ...], dict[str, Any]]:
         """The size arguments and constexprs of one launch: blocks, and whether each size divides its block
         (the kernel then drops that bounds mask)."""
-        meta: dict[str, Any] = {"XBLOCK": config.XBLOCK, "EVEN_X": shape.xnumel % config.XBLOCK == 0}
+        # An empty size "divides" every block, but then no index is in bounds: it keeps its mask.
+        meta: dict[str, Any] = {"XBLOCK": config.XBLOCK,
+                                "EVEN_X": shape.xnumel > 0 and shape.xnumel % config.XBLOCK == 0}
         if self.kind == "pointwise":
             return (shape.xnumel,), meta
-        meta |= {"RBLOCK": config.RBLOCK, "EVEN_R": shape.rnumel % config.RBLOCK == 0}
+        meta |= {"RBLOCK": config.RBLOCK, "EVEN_R": shape.rnumel > 0 and shape.rnumel % config.RBLOCK == 0}
         return (shape.xnumel, shape.rnumel), meta
 
     def _run(self, backend: str, config: LaunchConfig, shape: KernelShape, args: tuple[Any, ...]) -> Any:
