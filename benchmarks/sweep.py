@@ -70,6 +70,10 @@ VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, che
     "evict": (_evict, True),
     "pipelined": (_pipelined, True),
     "pipelined_evict": (lambda s: _pipelined(_evict(s)), True),
+    "rconst_evict": (lambda s: _rnumel_constexpr(_evict(s)), True),
+    "evict_unroll": (lambda s: _evict(s).replace("for roffset in range(0, rnumel, RBLOCK):",
+                                                 "for roffset in tl.range(0, rnumel, RBLOCK, loop_unroll_factor=2):"),
+                     True),
 }
 
 
