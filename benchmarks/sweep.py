@@ -26,6 +26,7 @@ import triton.testing
 
 import fusionlab as fl
 from fusionlab import workloads
+from fusionlab.runtime.config import KernelShape, LaunchConfig
 from fusionlab.runtime.interpreter import build_module
 
 
@@ -178,14 +179,12 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
             if time.perf_counter() - start > budget_s:
                 row["truncated"] = True
                 break
-            if variant.startswith("nomask") or "nomask" in variant:
-                if xnumel % xblock or (handle.kind != "pointwise" and rnumel % rblock):
-                    continue
-            grid = (triton.cdiv(xnumel, xblock),) if handle.kind != "tiled" else (
-                triton.cdiv(xnumel, xblock), triton.cdiv(rnumel, rblock))
-            meta = {"XBLOCK": xblock, "EVEN_X": xnumel % xblock == 0} | (
-                {"RBLOCK": rblock, "EVEN_R": rnumel % rblock == 0} if handle.kind != "pointwise" else {})
-            numels = (xnumel, rnumel) if handle.kind != "pointwise" else (xnumel,)
+            if "nomask" in variant and (xnumel % xblock or (handle.kind != "pointwise" and rnumel % rblock)):
+                continue
+            shape = KernelShape(handle.kind, xnumel, rnumel, handle.persistent, handle.heavy, handle.accumulators)
+            config = LaunchConfig(xblock, rblock, warps)
+            grid = config.grid(shape)
+            numels, meta = handle._meta(config, shape)  # the launch's own size arguments and EVEN flags
 
             def launch(kernel: Any = kernel, grid: Any = grid, meta: Any = meta, numels: Any = numels,
                        warps: int = warps, stages: int = stages) -> None:

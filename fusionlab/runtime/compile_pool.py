@@ -26,6 +26,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import torch
 import triton
 from triton import knobs
 from triton.compiler import ASTSource
@@ -150,7 +151,6 @@ def _load_in_threads(kernels: list[Any], args: tuple[Any, ...]) -> None:
     loadable = [k for k in kernels if hasattr(k, "_init_handles")]
     if device is None or device.type != "cuda" or not loadable:
         return
-    import torch
 
     def load(kernel: Any) -> None:
         with torch.cuda.device(device):  # the current device is per thread
