@@ -226,7 +226,8 @@ def main(out: str, names: list[str]) -> None:
         summary = {k: row[k] for k in ("workload", "fusionlab_ms", "inductor_ms", "default") if k in row}
         print(json.dumps(summary), json.dumps(row.get("best")), json.dumps(row.get("split", [])[:3]), flush=True)
         with open(out, "w") as handle:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "device": torch.cuda.get_device_name(),
+                       "torch": torch.__version__,
                        "triton": triton.__version__, "rows": rows}, handle, indent=1)
 
 
