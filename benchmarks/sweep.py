@@ -62,6 +62,23 @@ def _pipelined(source: str) -> str:
                           "for roffset in tl.range(0, rnumel, RBLOCK, num_stages=3):")
 
 
+_ROW_START = "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]\n"
+
+
+def _grid_stride(stages: int) -> Callable[[str], str]:
+    """A persistent kernel as a grid-stride loop over row blocks: a few programs per SM, each taking rows
+    `num_programs` apart; with `stages` > 1 the next rows' loads are issued while this row is reduced."""
+    def edit(source: str) -> str:
+        head, found, body = source.partition(_ROW_START)
+        if not found or "for roffset" in body:
+            return source
+        loop = (f"    for xstart in tl.range(tl.program_id(0) * XBLOCK, xnumel, tl.num_programs(0) * XBLOCK, "
+                f"num_stages={stages}):\n        xindex = xstart + tl.arange(0, XBLOCK)[:, None]\n")
+        body = "".join("    " + line if line.strip() else line for line in body.splitlines(keepends=True))
+        return head + loop + body
+    return edit
+
+
 VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, checked against eager)
     "current": (lambda s: s, True),
     "nomask": (_drop_masks, True),
@@ -75,11 +92,23 @@ VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, che
     "evict_unroll": (lambda s: _evict(s).replace("for roffset in range(0, rnumel, RBLOCK):",
                                                  "for roffset in tl.range(0, rnumel, RBLOCK, loop_unroll_factor=2):"),
                      True),
+    "gridstride": (_grid_stride(1), True),
+    "gridstride_s2": (_grid_stride(2), True),
 }
 
 
-def _configs(kind: str, xnumel: int, rnumel: int) -> list[tuple[int, int, int, int]]:
-    """(XBLOCK, RBLOCK, num_warps, num_stages) to try for one kernel kind."""
+def _configs(kind: str, xnumel: int, rnumel: int, variant: str = "") -> list[tuple[int, int, int, int, int]]:
+    """(XBLOCK, RBLOCK, num_warps, num_stages, programs per SM) to try for one kernel kind and variant;
+    programs per SM is 0 for the usual grid (one program per block of rows)."""
+    p2 = triton.next_power_of_2
+    if variant.startswith("gridstride"):
+        rblock = p2(rnumel)
+        return [(x, rblock, w, 1, k) for x, w, k in itertools.product((1, 2), (8, 16), (1, 2, 4, 8))
+                if x * rblock <= 16384 and w * 32 <= x * rblock]
+    return [(*config, 0) for config in _plain_configs(kind, xnumel, rnumel)]
+
+
+def _plain_configs(kind: str, xnumel: int, rnumel: int) -> list[tuple[int, int, int, int]]:
     p2 = triton.next_power_of_2
     if kind == "tiled":
         shapes = [(1, 4096), (2, 2048), (4, 1024), (8, 1024), (8, 512), (16, 256), (4, 2048), (16, 512)]
@@ -124,6 +153,48 @@ def _column_finish(partial_ptr, out_ptr, splits, cols, XBLOCK: tl.constexpr, SBL
     tl.store(out_ptr + cindex, tl.sum(values, 0)[None, :], mask=cindex < cols)
 
 
+def _sm_count() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+@triton.jit
+def _read_all(x_ptr, partial_ptr, numel, BLOCK: tl.constexpr, STAGES: tl.constexpr):
+    # read-only stream: each program sums blocks `num_programs` apart and writes one partial
+    acc = tl.zeros([BLOCK], tl.float32)
+    for start in tl.range(tl.program_id(0) * BLOCK, numel, tl.num_programs(0) * BLOCK, num_stages=STAGES):
+        acc += tl.load(x_ptr + start + tl.arange(0, BLOCK)).to(tl.float32)
+    tl.store(partial_ptr + tl.program_id(0), tl.sum(acc, 0))
+
+
+def read_ceiling() -> dict[str, Any]:
+    """What reading a bf16 8192 x 8192 matrix once costs, against copying it: the floor of a reduction that
+    reads everything and writes almost nothing (sum over either axis)."""
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    nbytes = x.numel() * x.element_size()
+    row: dict[str, Any] = {"workload": "read_ceiling", "bytes": nbytes}
+    copy = torch.empty_like(x)
+    row["copy_ms"] = _time(lambda: copy.copy_(x))
+    row["copy_tb_s"] = 2 * nbytes / row["copy_ms"] / 1e9
+    for label, fn in (("eager_sum_rows", lambda: x.sum(0)), ("eager_sum_cols", lambda: x.sum(1)),
+                      ("eager_sum_all", lambda: x.sum())):
+        row[label + "_ms"] = _time(fn)
+    results = []
+    for block, warps, per_sm, stages in itertools.product((2048, 4096, 8192), (4, 8, 16), (2, 4, 8), (1, 3)):
+        programs = per_sm * _sm_count()
+        partial = torch.empty(programs, device="cuda", dtype=torch.float32)
+
+        def run(block: int = block, warps: int = warps, programs: int = programs, stages: int = stages,
+                partial: torch.Tensor = partial) -> torch.Tensor:
+            _read_all[(programs,)](x, partial, x.numel(), BLOCK=block, STAGES=stages, num_warps=warps)
+            return partial
+        torch.testing.assert_close(run().sum(), x.float().sum(), atol=5.0, rtol=1e-3)
+        results.append([[block, warps, per_sm, stages], _time(run)])
+    results.sort(key=lambda r: r[1])
+    row["triton_read"] = results[:8]
+    row["read_tb_s"] = nbytes / results[0][1] / 1e9
+    return row
+
+
 def split_sum(x: torch.Tensor, splits: int, xblock: int, rblock: int, warps: int) -> Callable[[], torch.Tensor]:
     rows, cols = x.shape
     partial = torch.empty((splits, cols), dtype=torch.float32, device=x.device)
@@ -164,7 +235,7 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
                         and a.data_ptr() not in {t.data_ptr() for t in inputs}]
     target = args[output_positions[0]]
     row["kind"], row["default"] = handle.kind, str(handle.last_config)
-    results: list[tuple[str, tuple[int, int, int, int], float]] = []
+    results: list[tuple[str, tuple[int, ...], float]] = []
     start = time.perf_counter()
     chosen = os.environ.get("SWEEP_VARIANTS")
     for variant, (edit, checked) in VARIANTS.items():
@@ -175,7 +246,7 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
             continue
         kernel = build_module(source, f"{handle.name}_{variant}", interpret=False)[handle.name]
         kind = "looped" if handle.kind == "reduction" and not handle.persistent else handle.kind
-        for xblock, rblock, warps, stages in _configs(kind, xnumel, rnumel):
+        for xblock, rblock, warps, stages, per_sm in _configs(kind, xnumel, rnumel, variant):
             if time.perf_counter() - start > budget_s:
                 row["truncated"] = True
                 break
@@ -184,6 +255,8 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
             shape = KernelShape(handle.kind, xnumel, rnumel, handle.persistent, handle.heavy, handle.accumulators)
             config = LaunchConfig(xblock, rblock, warps)
             grid = config.grid(shape)
+            if per_sm:
+                grid = (min(triton.cdiv(xnumel, xblock), per_sm * _sm_count()),)
             numels, meta = handle._meta(config, shape)  # the launch's own size arguments and EVEN flags
 
             def launch(kernel: Any = kernel, grid: Any = grid, meta: Any = meta, numels: Any = numels,
@@ -194,12 +267,12 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
                 launch()
                 torch.cuda.synchronize()
             except Exception as error:  # noqa: BLE001 - a config that does not compile is reported, not fatal
-                results.append((variant, (xblock, rblock, warps, stages), float("nan")))
+                results.append((variant, (xblock, rblock, warps, stages, per_sm), float("nan")))
                 row.setdefault("errors", []).append(f"{variant} {xblock},{rblock},{warps}: {type(error).__name__}")
                 continue
             if checked:
                 torch.testing.assert_close(target.float(), expected.float(), atol=5e-2, rtol=2e-2)
-            results.append((variant, (xblock, rblock, warps, stages), _time(launch)))
+            results.append((variant, (xblock, rblock, warps, stages, per_sm), _time(launch)))
     row["results"] = [[v, list(c), t] for v, c, t in results]
     best: dict[str, tuple[float, Any]] = {}
     for variant, config, ms in results:
@@ -221,7 +294,7 @@ def main(out: str, names: list[str]) -> None:
     rows = []
     budget = 40.0
     for name in names:
-        row = sweep(name, budget)
+        row = read_ceiling() if name == "read_ceiling" else sweep(name, budget)
         rows.append(row)
         summary = {k: row[k] for k in ("workload", "fusionlab_ms", "inductor_ms", "default") if k in row}
         print(json.dumps(summary), json.dumps(row.get("best")), json.dumps(row.get("split", [])[:3]), flush=True)

@@ -8,6 +8,7 @@ the kernels are only compiled, never launched.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,3 +182,28 @@ def test_triton_compile_needs_no_driver_in_a_worker(sm90: Path) -> None:
     kernel = triton.compile(ASTSource(source, {"x_ptr": "*fp32", "xnumel": "i32", "XBLOCK": "constexpr"},
                                       {(2,): 64}), target=GPUTarget("cuda", 90, 32))
     assert "ptx" in kernel.asm
+
+
+def launcher_libraries(cache: Path) -> set[str]:
+    return {path.parent.name for path in cache.glob("*/__triton_launcher*.so")}
+
+
+@pytest.mark.gpu
+def test_each_launcher_is_built_once_while_the_kernels_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher built from a compile job's signature is the one the kernel's first launch uses. Triton 3.6
+    builds one per signature (a second build would be a second cache entry); Triton 3.9 builds none at all."""
+    cache = tmp_path / "triton-cache"
+    cache.mkdir()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    ex, cpu_inputs = gpt_like_program()
+    inputs = tuple(t.cuda() for t in cpu_inputs)
+    ex = fl.explore(ex.fn, *inputs)
+    launches = recorded_launches(ex, *inputs)
+    jobs = [compile_pool.job_for(launch[0], launch) for launch in launches]
+    for job in compile_pool._distinct_signatures(jobs, launches[0][1]):
+        compile_pool._build_launcher(job)
+    built = launcher_libraries(cache)
+    per_signature = "compile_module_from_src" in inspect.getsource(driver.active.launcher_cls)
+    assert (1 <= len(built) <= len(jobs)) if per_signature else not built, built
+    torch.testing.assert_close(ex(*inputs), ex.fn(*inputs), atol=2e-2, rtol=2e-2)
+    assert launcher_libraries(cache) == built, "a kernel's first launch built a launcher that was already built"

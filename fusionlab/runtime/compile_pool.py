@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 import torch
@@ -135,11 +136,47 @@ def compile_all(launches: Sequence[Launch], workers: str = "processes") -> None:
     # by every thread at the same time) and forked workers inherit it.
     triton_key()
     count = min(len(unique), _cpus())
-    if workers == "processes" and count > 1 and processes_available():
-        kernels = _compile_in_processes(unique, count)
-    else:
-        kernels = _compile_in_threads(unique, max(1, min(8, len(unique))))
+    jobs = [job_for(launch[0], launch) for launch in unique]
+    with ThreadPoolExecutor(max_workers=4) as launchers:
+        for job in _distinct_signatures(jobs, unique[0][1]):
+            launchers.submit(_build_launcher, job)  # while the kernels compile
+        if workers == "processes" and count > 1 and processes_available():
+            kernels = _compile_in_processes(unique, jobs, count)
+        else:
+            kernels = _compile_in_threads(unique, max(1, min(8, len(unique))))
     _load_in_threads(kernels, unique[0][1])
+
+
+# What Triton's launcher reads from a compiled kernel's metadata, for a kernel with no scratch memory, no tensor
+# descriptors, one CTA and no instrumentation: the launcher's source depends on the kernel's signature only.
+_PLAIN_METADATA = SimpleNamespace(
+    num_ctas=1, tensordesc_meta=None, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+    profile_scratch_align=1, launch_cooperative_grid=False, launch_pdl=False, instrumentation_mode="",
+)
+
+
+def _distinct_signatures(jobs: Sequence[CompileJob | None], args: tuple[Any, ...]) -> list[CompileJob]:
+    """One job per kernel signature, on CUDA only (elsewhere Triton builds no launcher)."""
+    device = next((a.device for a in args if hasattr(a, "device")), None)
+    if device is None or device.type != "cuda":
+        return []
+    distinct: dict[str, CompileJob] = {}
+    for job in jobs:
+        if job is not None:
+            distinct.setdefault(repr((sorted(job.signature.items()), sorted(job.constants.items(), key=repr))), job)
+    return list(distinct.values())
+
+
+def _build_launcher(job: CompileJob) -> None:
+    """Build the launcher for the job's signature now, while the kernel compiles, so its first launch finds it in
+    Triton's cache. Triton 3.6 builds one per signature with the C compiler (~0.2 s, a subprocess: it overlaps the
+    compile); Triton 3.9 has one launcher for every kernel, and this only loads it early. An optimisation only:
+    if it fails here, the kernel's first launch builds it as before."""
+    try:
+        driver.active.launcher_cls(ASTSource(job.function, job.signature, job.constants, job.attributes),
+                                   _PLAIN_METADATA)
+    except Exception:  # noqa: BLE001, S110 - the launch builds it again and reports any real error there
+        pass
 
 
 def _load_in_threads(kernels: list[Any], args: tuple[Any, ...]) -> None:
@@ -178,8 +215,7 @@ def _compile_in_threads(unique: list[Launch], count: int) -> list[Any]:
     return kernels
 
 
-def _compile_in_processes(unique: list[Launch], count: int) -> list[Any]:
-    jobs = [job_for(launch[0], launch) for launch in unique]
+def _compile_in_processes(unique: list[Launch], jobs: list[CompileJob | None], count: int) -> list[Any]:
     todo = [(launch, job) for launch, job in zip(unique, jobs) if job is not None]  # None: Triton holds it
     kernels = [_warm(launch) for launch, job in zip(unique, jobs) if job is None]
     if not todo:
