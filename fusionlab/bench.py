@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -54,12 +55,18 @@ def benchmark(
     progress: bool = True,
     repeat: int = 20,
     workload: str | None = None,
+    rounds: int | None = None,
 ) -> BenchReport:
     """Time (or model) eager, fusionlab and Inductor on the exploration's function; rows stream to `callback`.
 
     `device` must be where the exploration's inputs live (it defaults to that). `profile` is the GPU the
     model uses (H200, H100, A100, L4 or a DeviceProfile). `repeat` is the number of timed runs on a CPU.
+    The measured programs are timed in `rounds` rounds (default: 5 on CUDA, 1 on a CPU), one after another in
+    each round and in a rotated order, so that a slow spell of the machine falls on all of them; a program's
+    time is the median of its rounds' medians, and every round's figure is kept in `BenchReport.round_ms`.
     """
+    if rounds is not None and rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     fn, inputs = exploration.fn, tuple(exploration.example_inputs)
     where = device_of(fn, inputs)
     if device is not None and torch.device(device).type != where.type:
@@ -80,7 +87,7 @@ def benchmark(
         if callback is not None:
             callback(row)
 
-    with _steps(progress, total=5, description=f"benchmark {name}") as step:
+    with _steps(progress, total=6, description=f"benchmark {name}") as step:
         step("correctness")
         fresh = fresh_inputs(inputs)
         flat = exploration.flat_inputs(fresh, keywords)
@@ -112,8 +119,7 @@ def benchmark(
             with torch.no_grad():
                 return fn(*fresh)
 
-        eager_ms = _time(run_eager, where, repeat)
-        emit(shared.program("eager", eager_ms, count_launches(run_eager, where), None, "measured"))
+        eager_launches = count_launches(run_eager, where)
 
         step("fusionlab")
 
@@ -124,11 +130,7 @@ def benchmark(
         groups = [g for g in exploration.fused.groups if g.kind in _LAUNCHING_KINDS]
         fused_bytes = sum(g.bytes_read + g.bytes_written for g in groups)
         if where.type == "cuda":
-            per_kernel, launches = cuda_kernel_ms(run_fused)
-            emit(shared.program("fusionlab", median_cuda_ms(run_fused), launches, fused_bytes, "measured"))
-            _emit_kernels(emit, shared, "fusionlab", per_kernel, _fusionlab_kernel_bytes(exploration))
-        for row in _modelled_plan(shared, "fusionlab", exploration, groups):
-            emit(row)
+            fused_kernels, fused_launches = cuda_kernel_ms(run_fused)
 
         step("inductor")
         compiled, inductor_compile = compile_inductor(fn, inputs)
@@ -138,8 +140,21 @@ def benchmark(
             with torch.no_grad():
                 return compiled(*fresh)
 
-        inductor_ms = _time(run_inductor, where, repeat)
-        emit(shared.program("inductor", inductor_ms, view.launches, _view_bytes(view), "measured"))
+        step("timing")
+        runs = {"eager": run_eager, "inductor": run_inductor}
+        if where.type == "cuda":
+            runs["fusionlab"] = run_fused
+        rounds = rounds if rounds is not None else (5 if where.type == "cuda" else 1)
+        round_ms = _interleaved(runs, where, repeat, rounds)
+        median = {variant: statistics.median(times) for variant, times in round_ms.items()}
+
+        emit(shared.program("eager", median["eager"], eager_launches, None, "measured"))
+        if where.type == "cuda":
+            emit(shared.program("fusionlab", median["fusionlab"], fused_launches, fused_bytes, "measured"))
+            _emit_kernels(emit, shared, "fusionlab", fused_kernels, _fusionlab_kernel_bytes(exploration))
+        for row in _modelled_plan(shared, "fusionlab", exploration, groups):
+            emit(row)
+        emit(shared.program("inductor", median["inductor"], view.launches, _view_bytes(view), "measured"))
         if where.type == "cuda":
             per_kernel, _ = cuda_kernel_ms(run_inductor)
             kernel_bytes = {k.name: k.bytes_moved for k in view.kernels if k.bytes_moved is not None}
@@ -169,6 +184,7 @@ def benchmark(
         fusionlab_compile_s=fusionlab_compile,
         inductor_compile_s=inductor_compile,
         recorded=recorded_results(name),
+        round_ms=round_ms,
     )
 
 
@@ -297,6 +313,20 @@ def _view_bytes(view: InductorView) -> int | None:
 
 def _time(run: Callable[[], Any], device: torch.device, repeat: int) -> float:
     return median_cuda_ms(run) if device.type == "cuda" else median_wall_ms(run, repeat=repeat)
+
+
+def _interleaved(
+    runs: dict[str, Callable[[], Any]], device: torch.device, repeat: int, rounds: int
+) -> dict[str, tuple[float, ...]]:
+    """Each run's median time in each of `rounds` rounds; within a round the runs take turns, in an order
+    rotated by one each round."""
+    names = list(runs)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for turn in range(rounds):
+        shift = turn % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(_time(runs[name], device, repeat))
+    return {name: tuple(values) for name, values in times.items()}
 
 
 def _synchronize(device: torch.device) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import html
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,15 @@ class BenchReport:
     fusionlab_compile_s: float | None = None
     inductor_compile_s: float | None = None
     recorded: tuple[dict[str, str], ...] = ()
+    round_ms: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    def speedups(self, variant: str = "fusionlab", over: str = "inductor") -> tuple[float, ...]:
+        """`over`'s time divided by `variant`'s, round by round (both timed in the same rounds); empty when either
+        was not measured in rounds (fusionlab on a CPU is modelled)."""
+        mine, theirs = self.round_ms.get(variant, ()), self.round_ms.get(over, ())
+        if not mine or not theirs:
+            return ()
+        return tuple(t / m for m, t in zip(mine, theirs, strict=True) if m > 0)
 
     def row(self, variant: str, kernel: str = "", timing: str | None = None) -> BenchRow:
         """The row of `variant` (the whole program unless `kernel` is named), measured before modelled."""

@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", choices=_DTYPES, default=None, help="default: bfloat16 at gpu size, else float32")
     bench.add_argument("--out", default="results", help="folder for the CSV and Markdown (default: results)")
     bench.add_argument("--repeat", type=int, default=20, help="timed runs on a CPU (default: 20)")
+    bench.add_argument("--rounds", type=int, default=None,
+                       help="rounds in which eager, fusionlab and Inductor take turns (default: 5 on cuda, 1 on cpu)")
     bench.add_argument("--profile", default="H200", help="GPU profile for modelled times (default: H200)")
     bench.add_argument("--quiet", action="store_true", help="no progress bars")
     bench.add_argument("--list", action="store_true", help="list the workloads and exit")
@@ -76,6 +78,9 @@ def _bench(arguments: argparse.Namespace) -> int:
     if arguments.repeat < 1:
         print(f"fusionlab bench: --repeat must be at least 1, got {arguments.repeat}", file=sys.stderr)
         return 2
+    if arguments.rounds is not None and arguments.rounds < 1:
+        print(f"fusionlab bench: --rounds must be at least 1, got {arguments.rounds}", file=sys.stderr)
+        return 2
 
     from fusionlab.inductor import warm_up_inductor
     from fusionlab.suite import markdown_table, run_suite, write_results
@@ -98,6 +103,7 @@ def _bench(arguments: argparse.Namespace) -> int:
         profile=arguments.profile,
         progress=not arguments.quiet,
         on_row=keep,
+        rounds=arguments.rounds,
     )
     csv_path, markdown_path = write_results(rows, arguments.out)
     print(markdown_table(rows))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import datetime
 import re
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ __all__ = ["SUITE_COLUMNS", "markdown_table", "results_stem", "run_suite", "summ
 SUITE_COLUMNS: tuple[str, ...] = (
     "workload", "dtype", "shape", "bound",
     "eager_ms", "fusionlab_ms", "inductor_ms",
+    "inductor_over_fusionlab", "inductor_over_fusionlab_min", "inductor_over_fusionlab_max", "rounds",
     "eager_kernels", "fusionlab_kernels", "inductor_kernels",
     "fusionlab_pct_roofline", "inductor_pct_roofline", "eager_pct_roofline",
     "fusionlab_compile_s", "inductor_compile_s",
@@ -35,7 +37,7 @@ SUITE_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 
 _MARKDOWN_COLUMNS: tuple[str, ...] = (
-    "workload", "dtype", "shape", "bound", "eager_ms", "fusionlab_ms", "inductor_ms",
+    "workload", "dtype", "shape", "bound", "eager_ms", "fusionlab_ms", "inductor_ms", "inductor_over_fusionlab",
     "eager_kernels", "fusionlab_kernels", "inductor_kernels", "fusionlab_pct_roofline", "inductor_pct_roofline",
     "fusionlab_compile_s", "inductor_compile_s", "fusionlab_timing",
 )  # fmt: skip
@@ -51,8 +53,10 @@ def run_suite(
     profile: str | DeviceProfile = "H200",
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    rounds: int | None = None,
 ) -> tuple[dict[str, Any], ...]:
-    """Benchmark the named workloads (all by default) and return one summary row each.
+    """Benchmark the named workloads (all by default) and return one summary row each; `rounds` as in
+    `fusionlab.bench.benchmark` (default: 5 on CUDA, 1 on a CPU).
 
     A workload that fails leaves a row with its `error` filled in, and the suite goes on.
     """
@@ -61,7 +65,7 @@ def run_suite(
     size = size or ("gpu" if where.type == "cuda" else "cpu")
     rows = []
     for workload in chosen:
-        row = _run_one(workload, where, size, dtype or default_dtype(size), repeat, profile, progress)
+        row = _run_one(workload, where, size, dtype or default_dtype(size), repeat, profile, progress, rounds)
         rows.append(row)
         if on_row is not None:
             on_row(row)
@@ -79,12 +83,14 @@ def _run_one(
     repeat: int,
     profile: str | DeviceProfile,
     progress: bool,
+    rounds: int | None,
 ) -> dict[str, Any]:
     inputs: tuple[Any, ...] = ()
     try:
         fn, inputs = workload.build(size, device, dtype)
         report = benchmark(
-            explore(fn, *inputs), profile=profile, progress=progress, repeat=repeat, workload=workload.name
+            explore(fn, *inputs), profile=profile, progress=progress, repeat=repeat, workload=workload.name,
+            rounds=rounds,
         )
         return summary_row(report, workload, inputs, dtype)
     except Exception as error:  # one broken workload must not hide the others' results
@@ -118,7 +124,15 @@ def summary_row(report: BenchReport, workload: Workload, inputs: tuple[Any, ...]
         inductor_modelled_ms=_milliseconds(modelled.get("inductor")),
         unfused_modelled_ms=_milliseconds(modelled.get("unfused")),
         profile=report.profile.name,
+        rounds=len(report.round_ms.get("inductor", ())) or None,
     )
+    speedups = report.speedups("fusionlab", over="inductor")
+    if speedups:  # per round, both timed in the same round: the verdict that run-to-run drift does not move
+        row.update(
+            inductor_over_fusionlab=statistics.median(speedups),
+            inductor_over_fusionlab_min=min(speedups),
+            inductor_over_fusionlab_max=max(speedups),
+        )
     return row
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -129,3 +130,33 @@ def test_cuda_benchmark_is_measured_per_kernel() -> None:
     measured_kernels = [r for r in report.rows if r.variant == "fusionlab" and r.kernel and r.timing == "measured"]
     assert measured_kernels and all(r.bytes and r.achieved_gbps for r in measured_kernels)
     assert report.row("fusionlab", timing="modelled").device == "H200"
+    assert len(report.speedups()) == 5 and all(s > 0 for s in report.speedups())  # five rounds by default
+    assert report.row("fusionlab", timing="measured").median_ms in report.round_ms["fusionlab"]
+
+
+def test_programs_take_turns_in_rounds_whose_order_rotates(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fusionlab.bench as bench
+
+    order: list[str] = []
+    monkeypatch.setattr(bench, "_time", lambda run, device, repeat: run())
+    runs = {name: (lambda name=name: order.append(name) or float(len(order))) for name in ("a", "b", "c")}
+    times = bench._interleaved(runs, torch.device("cpu"), repeat=1, rounds=4)
+    assert order == list("abc" "bca" "cab" "abc")
+    assert times == {"a": (1.0, 6.0, 8.0, 10.0), "b": (2.0, 4.0, 9.0, 11.0), "c": (3.0, 5.0, 7.0, 12.0)}
+
+
+def test_rounds_are_kept_and_speedups_come_from_one_round_each(
+    streamed: tuple[BenchReport, list[BenchRow], Any],
+) -> None:
+    report, _, _ = streamed
+    assert set(report.round_ms) == {"eager", "inductor"} and len(report.round_ms["eager"]) == 1  # CPU: one round
+    assert report.row("eager").median_ms == report.round_ms["eager"][0]
+    assert report.speedups() == ()  # fusionlab is modelled on a CPU: no measured ratio
+    timed = dataclasses.replace(report, round_ms={"fusionlab": (1.0, 2.0, 4.0), "inductor": (1.1, 1.0, 4.4)})
+    assert timed.speedups() == pytest.approx((1.1, 0.5, 1.1))
+
+
+def test_rounds_must_be_positive(streamed: tuple[BenchReport, list[BenchRow], Any]) -> None:
+    _, _, exploration = streamed
+    with pytest.raises(ValueError, match="rounds must be at least 1, got 0"):
+        benchmark(exploration, progress=False, rounds=0)
