@@ -7,6 +7,7 @@ mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 python3 -m fusionlab bench --device cuda --out "$out/bench" --quiet 2>&1 | grep -v Warning | tail -16
 timeout 150 python3 benchmarks/compile_time.py "$out/compile_time.json" gpt_block 2>&1 | grep -v Warning | tail -4
+python3 benchmarks/sass_count.py 2>&1 | grep -v -i warn | tee "$out/sass_count.md"
 python3 - <<'PY' 2>&1 | tee "$out/asm.txt"
 import torch, fusionlab as fl
 ex = fl.explore(lambda x: torch.softmax(x, -1), torch.randn(64, 1024, device="cuda"))

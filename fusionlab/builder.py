@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from fusionlab.ir import Arg, Dim, Node, Ref, Scalar, TensorType
 from fusionlab.names import sanitize
@@ -48,6 +49,13 @@ def _broadcast_shape(shapes: Sequence[tuple[Dim, ...]]) -> tuple[Dim, ...]:
     return tuple(result)
 
 
+def short_name(target: Any) -> str:
+    """`aten.addmm` for `torch.ops.aten.addmm.default`'s packet; a function's own name otherwise."""
+    name = getattr(target, "__name__", str(target))
+    namespace = getattr(target, "namespace", None)
+    return f"{namespace}.{name}" if namespace else name
+
+
 @dataclass
 class Builder:
     """Appends primitive nodes; rules call its verbs. `expected` is the aten node's own output type."""
@@ -56,6 +64,7 @@ class Builder:
     types: dict[str, TensorType]
     origin: str = ""
     expected: Any = None
+    node: Any = None  # the aten (torch.fx) node being decomposed: a rule may look at its users
     _counts: dict[str, int] | None = None
     _seen: dict[Any, Ref] = field(default_factory=dict)
 
@@ -92,6 +101,29 @@ class Builder:
         if kind in ("pointwise", "reduction", "view", "matmul") and key is not None:
             self._seen[key] = Ref(name)
         return Ref(name)
+
+    def extern(self, target: Any, args: Any, kwargs: Any, reason: str) -> Any:
+        """`target(*args, **kwargs)` run by PyTorch between kernels, with the aten node's output type(s); `reason`
+        says why in every view."""
+        expected = self.expected
+        params = {"target": target, "call": (args, kwargs), "reason": reason,
+                  "extra_refs": tuple(r.name for r in pytree.tree_leaves((args, kwargs)) if isinstance(r, Ref))}
+        op = short_name(target)
+        if isinstance(expected, tuple):
+            first = next((e for e in expected if e is not None), None)
+            if first is None:
+                raise RuleNotApplicable(f"{op} returns no tensors")
+            packed = self._add("extern", op, (), first, params | {"outputs": len(expected)})
+            results = [packed]
+            for index, item in enumerate(expected[1:], start=1):
+                if item is None:
+                    results.append(None)  # type: ignore[arg-type]
+                    continue
+                results.append(self._add("view", "output_of", (packed,), item, {"index": index}))
+            return tuple(results)
+        if expected is None:
+            raise RuleNotApplicable(f"{op} returns no tensor")
+        return self._add("extern", op, (), expected, params)
 
     # -- pointwise ---------------------------------------------------------------------------------
     def result_dtype(self, *operands: Arg) -> torch.dtype:

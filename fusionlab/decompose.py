@@ -16,7 +16,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.builder import Builder, Rule, RuleNotApplicable
+from fusionlab.builder import Builder, Rule, RuleNotApplicable, short_name
 from fusionlab.capture import CaptureError, CaptureResult
 from fusionlab.ir import Graph, Node, Ref
 from fusionlab.names import sanitize
@@ -81,7 +81,7 @@ def _refuse_data_dependent(fx_node: torch.fx.Node, captured: CaptureResult) -> N
             continue
         for dim in value_type.shape:
             if isinstance(dim, sympy.Expr) and not dim.free_symbols <= known:
-                raise CaptureError(f"{fx_node.name} ({_short(fx_node.target)}) has a data-dependent output shape "
+                raise CaptureError(f"{fx_node.name} ({short_name(fx_node.target)}) has a data-dependent output shape "
                                    f"({value_type.text()}): fusionlab needs every size known at capture (or a "
                                    "dynamic leading size); keep this step outside the explored function")
 
@@ -107,7 +107,7 @@ def _tensor_constant(builder: Builder, fx_node: torch.fx.Node, captured: Capture
         return builder.constant(value.item(), value.dtype)
     reason = "a tensor constant made inside the function: copied in by an extern op"
     fallbacks.append((fx_node.name, reason))
-    return _extern(builder, torch.ops.aten.clone.default, (value,), {}, reason)  # type: ignore[no-any-return]
+    return builder.extern(torch.ops.aten.clone.default, (value,), {}, reason)  # type: ignore[no-any-return]
 
 
 def _expected(fx_node: torch.fx.Node, captured: CaptureResult) -> Any:
@@ -141,6 +141,7 @@ def _apply_functional(builder: Builder, table: dict[Any, Rule], target: Any, fx_
                       env: dict[str, Any], captured: CaptureResult, fallbacks: list[tuple[str, str]]) -> Any:
     rule = table.get(target) or table.get(getattr(target, "overloadpacket", None))
     builder.origin = fx_node.name
+    builder.node = fx_node
     builder.expected = _expected(fx_node, captured)
     args, kwargs = pytree.tree_map(lambda a: env[a.name] if isinstance(a, torch.fx.Node) else a,
                                    (fx_node.args, fx_node.kwargs))
@@ -154,17 +155,11 @@ def _apply_functional(builder: Builder, table: dict[Any, Rule], target: Any, fx_
                 builder.types.pop(node.name, None)
             del builder.nodes[mark:]
             builder._seen = {k: v for k, v in builder._seen.items() if v.name in builder.types}
-            reason = f"the {_short(target)} rule does not handle these arguments ({error}): runs as an extern op"
+            reason = f"the {short_name(target)} rule does not handle these arguments ({error}): runs as an extern op"
     else:
-        reason = f"no decomposition rule for {_short(target)}: runs as an extern op between kernels"
+        reason = f"no decomposition rule for {short_name(target)}: runs as an extern op between kernels"
     fallbacks.append((fx_node.name, reason))
-    return _extern(builder, target, args, kwargs, reason)
-
-
-def _short(target: Any) -> str:
-    name = getattr(target, "__name__", str(target))
-    namespace = getattr(target, "namespace", None)
-    return f"{namespace}.{name}" if namespace else name
+    return builder.extern(target, args, kwargs, reason)
 
 
 def _check(builder: Builder, result: Any, expected: Any) -> Any:
@@ -181,23 +176,3 @@ def _check(builder: Builder, result: Any, expected: Any) -> Any:
     return result
 
 
-def _extern(builder: Builder, target: Any, args: Any, kwargs: Any, reason: str) -> Any:
-    expected = builder.expected
-    params = {"target": target, "call": (args, kwargs), "reason": reason,
-              "extra_refs": tuple(r.name for r in pytree.tree_leaves((args, kwargs)) if isinstance(r, Ref))}
-    op = _short(target)
-    if isinstance(expected, tuple):
-        first = next((e for e in expected if e is not None), None)
-        if first is None:
-            raise RuleNotApplicable(f"{op} returns no tensors")
-        packed = builder._add("extern", op, (), first, params | {"outputs": len(expected)})
-        results = [packed]
-        for index, item in enumerate(expected[1:], start=1):
-            if item is None:
-                results.append(None)  # type: ignore[arg-type]
-                continue
-            results.append(builder._add("view", "output_of", (packed,), item, {"index": index}))
-        return tuple(results)
-    if expected is None:
-        raise RuleNotApplicable(f"{op} returns no tensor")
-    return builder._add("extern", op, (), expected, params)

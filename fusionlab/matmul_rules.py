@@ -3,7 +3,8 @@
 A 2-D `aten.mm` becomes one `matmul` primitive; `aten.addmm` is that matmul plus the bias added through the
 ordinary pointwise path (so the bias add is a matmul epilogue like any other). Dtypes `tl.dot` does not compute
 well (float64, integers) and batched products (`aten.bmm`, for now) keep running in cuBLAS as extern ops, with the
-reason recorded. With `matmul="extern"` (the default) these rules are not in the table at all.
+reason recorded. With `matmul="extern"` (the default) the products run in cuBLAS, and `aten.addmm` becomes `aten.mm`
+with the bias added in its consumers' kernel when they take it (else it stays one addmm call).
 
     >>> table = decomposition_rules("triton")
     >>> torch.ops.aten.mm in table
@@ -68,9 +69,54 @@ def _two_d_matmul(b: Builder, x: Any, y: Any) -> Ref:
 MATMUL_RULES: dict[Any, Rule] = {aten.mm: _mm, aten.addmm: _addmm, aten.matmul: _two_d_matmul}
 
 
+def _is_view(target: Any) -> bool:
+    schema = getattr(target, "_schema", None)
+    return schema is None or any(r.alias_info is not None for r in schema.returns)
+
+
+def _bias_joins_consumers(b: Builder, bias: Any) -> bool:
+    """Every user of the product is an op generated into a kernel here, of the product's own shape (not a view,
+    not an extern op, not the program's output), so an add of the bias joins that kernel."""
+    node = b.node
+    expected = b.expected
+    if node is None or not isinstance(bias, Ref) or not isinstance(expected, TensorType) or not node.users:
+        return False
+    if b.type_of(bias).dtype != expected.dtype:
+        return False
+    for user in node.users:
+        value = user.meta.get("val") if user.op == "call_function" else None
+        if value is None or _is_view(user.target) or getattr(value, "shape", None) != node.meta["val"].shape:
+            return False
+        if user.target not in RULES and getattr(user.target, "overloadpacket", None) not in RULES:
+            return False
+    return True
+
+
+def _addmm_bias_in_consumer(b: Builder, bias: Any, x: Any, y: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    """With cuBLAS matmuls: `aten.mm` and the bias added in the kernel of the product's consumers, as Inductor does,
+    when they are generated kernels that take it (`gelu(x @ w + b)`); else `aten.addmm` with the bias in cuBLAS's
+    epilogue. On an H200 mm is 2-6% faster than addmm (benchmarks/results/2026-11-30-h200-mm-vs-addmm.json), and
+    reading a bias row in a kernel that runs anyway costs next to nothing."""
+    if not _bias_joins_consumers(b, bias):
+        raise RuleNotApplicable("the product's users do not all run in generated kernels of its shape, so the bias "
+                                "stays in cuBLAS's epilogue (addmm)")
+    reason = "cuBLAS matmul (matmul='extern'); the bias is added in the kernel of the product's consumers"
+    product = b.extern(aten.mm.default, (x, y), {}, reason)
+    if alpha != 1:
+        product = b.pointwise("mul", product, alpha)
+    if beta == 0:
+        return product  # PyTorch ignores the bias (even NaN) when beta is 0
+    if beta != 1:
+        bias = b.pointwise("mul", bias, beta)
+    return b.pointwise("add", product, bias)
+
+
+EXTERN_MATMUL_RULES: dict[Any, Rule] = {aten.addmm: _addmm_bias_in_consumer}
+
+
 def decomposition_rules(matmul: str) -> dict[Any, Rule]:
     """The rule table for an exploration's `matmul` option: "extern" (cuBLAS between kernels) or "triton"."""
     if matmul not in MATMUL_MODES:
         raise ValueError(f"unknown matmul option {matmul!r}: use 'extern' (cuBLAS between kernels, the default) or "
                          "'triton' (a generated Triton matmul with its pointwise epilogue fused)")
-    return RULES if matmul == "extern" else RULES | MATMUL_RULES
+    return RULES | EXTERN_MATMUL_RULES if matmul == "extern" else RULES | MATMUL_RULES

@@ -213,3 +213,49 @@ def test_empty_product_launches_nothing() -> None:
     assert ex(x, w, b).shape == (0, 33)
     (info,) = ex.compiled.kernels
     assert info.backends == ()
+
+
+def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.linear(x, w, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_extern_addmm_adds_its_bias_in_the_consumers_kernel(dtype: torch.dtype) -> None:
+    """gelu(x @ w.T + b) with cuBLAS: aten.mm, then one kernel that adds the bias and applies gelu (addmm's bias
+    epilogue costs more than reading the bias row in a kernel that runs anyway)."""
+    x, w, b = (torch.randn(48, 40, dtype=dtype), torch.randn(24, 40, dtype=dtype), torch.randn(24, dtype=dtype))
+    ex = fl.explore(linear_gelu, x, w, b)
+    assert [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"] == ["aten.mm.default"]
+    assert [g.kind for g in ex.fused.groups if g.kind != "view"] == ["extern", "pointwise"]
+    (kernel,) = ex.generated.kernels
+    assert "add" in kernel.name and "erf" in kernel.name
+    fresh = (torch.randn_like(x), torch.randn_like(w), torch.randn_like(b))
+    tolerance = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(ex(*fresh), linear_gelu(*fresh), **tolerance)
+
+
+@pytest.mark.parametrize(("name", "fn"), [
+    ("output", lambda x, w, b: F.linear(x, w, b)),
+    ("reshaped", lambda x, w, b: F.gelu(F.linear(x, w, b).view(4, -1, w.shape[0]))),
+    ("also_an_output", lambda x, w, b: (lambda y: (y, F.gelu(y)))(F.linear(x, w, b))),
+])
+def test_extern_addmm_keeps_its_bias_when_no_kernel_takes_it(name: str, fn: object) -> None:
+    """The product is an output, or goes through a reshape first: a separate add kernel would cost a round trip,
+    so the bias stays in cuBLAS's epilogue, and the views say why."""
+    x, w, b = torch.randn(48, 40), torch.randn(24, 40), torch.randn(24)
+    ex = fl.explore(fn, x, w, b)  # type: ignore[arg-type]
+    assert [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"] == ["aten.addmm.default"], name
+    assert any("bias stays in cuBLAS's epilogue" in reason for _, reason in ex.decomposed.fallbacks)
+    fresh = (torch.randn_like(x), torch.randn_like(w), torch.randn_like(b))
+    torch.testing.assert_close(ex(*fresh), fn(*fresh))  # type: ignore[operator]
+
+
+def test_extern_addmm_scales_product_and_bias() -> None:
+    def scaled(b: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.addmm(b, x, w, beta=0.5, alpha=2.0))
+
+    b, x, w = torch.randn(24), torch.randn(48, 40), torch.randn(40, 24)
+    ex = fl.explore(scaled, b, x, w)
+    assert [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"] == ["aten.mm.default"]
+    fresh = (torch.randn_like(b), torch.randn_like(x), torch.randn_like(w))
+    torch.testing.assert_close(ex(*fresh), scaled(*fresh))
