@@ -19,4 +19,4 @@ timeout 420 python3 -m pytest -m "gpu or not gpu" -q -n 8 -p no:cacheprovider \
   tests/test_cases.py tests/test_codegen.py tests/test_fusion.py tests/test_inputs.py tests/test_safety.py \
   tests/test_random_graphs.py tests/test_opinfo.py tests/test_bench.py tests/test_inductor.py tests/test_workloads.py \
   tests/test_devices.py tests/test_timing.py tests/test_suite.py tests/test_cli.py tests/test_matmul.py \
-  tests/test_compile_pool.py tests/test_explore_timing.py 2>&1 | tee "$out/pytest.txt" | tail -15
+  tests/test_compile_pool.py tests/test_explore_timing.py tests/test_direct_launch.py 2>&1 | tee "$out/pytest.txt" | tail -15

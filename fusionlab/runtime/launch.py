@@ -9,6 +9,7 @@ import torch
 
 from fusionlab.runtime.compile_pool import compile_all
 from fusionlab.runtime.config import KernelShape, LaunchConfig, candidates, choose
+from fusionlab.runtime.direct import DirectLaunch
 from fusionlab.runtime.interpreter import build_module, interpreted_standard_library
 
 
@@ -29,8 +30,8 @@ class KernelHandle:
     autotune: bool = False
     tuned: dict[KernelShape, LaunchConfig] = field(default_factory=dict)
     tuning: dict[KernelShape, dict[LaunchConfig, float]] = field(default_factory=dict)  # measured ms per config
-    # (xnumel, rnumel, device index) -> (kernel, grid, numels, warps, meta): launches after the first skip all choice
-    ready: dict[tuple[int, int, int | None], tuple[Any, ...]] = field(default_factory=dict)
+    # (xnumel, rnumel, device index) -> the launch: launches after the first skip all choice and Triton's JIT dispatch
+    ready: dict[tuple[int, int, int | None], DirectLaunch] = field(default_factory=dict)
 
     def function(self, backend: str) -> Any:
         if backend not in self.modules:
@@ -42,8 +43,7 @@ class KernelHandle:
         if device.type == "cuda":
             fast = self.ready.get((xnumel, rnumel, device.index))
             if fast is not None and device.index == torch.cuda.current_device():
-                # The hot path: one dict lookup, then Triton's launcher (which launches on the current device).
-                fast[0][fast[1]](*args, *fast[2], num_warps=fast[3], **fast[4])
+                fast(*args)  # the hot path: the compiled kernel's own launcher (it launches on the current device)
                 return
         backend = "cuda" if device.type == "cuda" else "interpreter"
         shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
@@ -64,8 +64,8 @@ class KernelHandle:
                 self.compiled = compiled
             if device.index == torch.cuda.current_device():
                 numels, meta = self._meta(config, shape)
-                self.ready[(xnumel, rnumel, device.index)] = (self.function("cuda"), config.grid(shape), numels,
-                                                             config.num_warps, meta)
+                self.ready[(xnumel, rnumel, device.index)] = DirectLaunch(
+                    self.function("cuda"), config.grid(shape), numels, num_warps=config.num_warps, meta=meta)
         self.last_config = config
 
     def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> Any:

@@ -17,6 +17,7 @@ import torch
 import triton
 
 from fusionlab.codegen.kernel import KernelSource
+from fusionlab.runtime.direct import DirectLaunch
 from fusionlab.runtime.interpreter import interpreted_standard_library
 from fusionlab.runtime.launch import KernelHandle
 
@@ -121,7 +122,7 @@ class MatmulHandle(KernelHandle):
     chosen: dict[MatmulShape, MatmulConfig] = field(default_factory=dict)
     tuning: dict[Any, dict[Any, float]] = field(default_factory=dict)  # MatmulShape -> MatmulConfig -> ms
     # (M, N, K, device index) -> (kernel, grid, warps, stages, constexprs): launches after the first skip all choice
-    fast: dict[tuple[int, int, int, int | None], tuple[Any, ...]] = field(default_factory=dict)
+    fast: dict[tuple[int, int, int, int | None], DirectLaunch] = field(default_factory=dict)
 
     def pin(self, config: MatmulConfig | None) -> None:
         self.pinned = config
@@ -138,7 +139,7 @@ class MatmulHandle(KernelHandle):
         if device.type == "cuda":
             fast = self.fast.get((xnumel, rnumel, int(args[-1]), device.index))
             if fast is not None and device.index == torch.cuda.current_device():
-                fast[0][fast[1]](*args, xnumel, rnumel, num_warps=fast[2], num_stages=fast[3], **fast[4])
+                fast(*args)  # the compiled kernel's own launcher (see runtime/direct.py)
                 return
         shape = self._shape(args, xnumel, rnumel)
         backend = "cuda" if device.type == "cuda" else "interpreter"
@@ -154,8 +155,9 @@ class MatmulHandle(KernelHandle):
             if self.compiled is None:
                 self.compiled = compiled
             if device.index == torch.cuda.current_device():
-                self.fast[(xnumel, rnumel, shape.k, device.index)] = (
-                    self.function("cuda"), config.grid(shape), config.num_warps, config.num_stages, config.meta(shape))
+                self.fast[(xnumel, rnumel, shape.k, device.index)] = DirectLaunch(
+                    self.function("cuda"), config.grid(shape), (xnumel, rnumel), num_warps=config.num_warps,
+                    num_stages=config.num_stages, meta=config.meta(shape))
         self.last_config = config
 
     def _config(self, shape: MatmulShape, args: tuple[Any, ...]) -> MatmulConfig:

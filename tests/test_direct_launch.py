@@ -1,0 +1,77 @@
+"""Launches after the first of a shape call the compiled kernel's own launcher (runtime/direct.py): the key that
+decides when that is safe, and on the GPU, that results stay right when Triton would specialise differently."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from triton import knobs
+
+import fusionlab as fl
+from fusionlab.runtime.direct import specialization_key
+
+
+def test_the_key_tells_apart_what_triton_specialises_on() -> None:
+    buffer = torch.zeros(64)
+    aligned, shifted = buffer[:32], buffer[1:33]  # 4-byte offset: not 16-byte aligned
+    base = specialization_key((aligned, 16, 3))
+    assert specialization_key((buffer[16:48], 32, 5)) == base  # same dtype and alignment, same integer classes
+    assert specialization_key((shifted, 16, 3)) != base
+    assert specialization_key((aligned.half(), 16, 3)) != base
+    assert specialization_key((aligned, 8, 3)) != base  # divisibility by 16
+    assert specialization_key((aligned, 16, 1)) != base  # the value 1
+    assert specialization_key((aligned, 16, 2**31)) != base  # a 64-bit integer
+    assert specialization_key((aligned, True)) != specialization_key((aligned, False))
+
+
+def needs_cuda() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here")
+
+
+def scaled_softmax(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x * 0.5 + bias, -1)
+
+
+def launches_of(ex: fl.Exploration) -> list[Any]:
+    return [launch for handle in ex.compiled.handles for launch in handle.ready.values()]
+
+
+@pytest.mark.gpu
+def test_second_launches_use_the_launcher_and_stay_right() -> None:
+    needs_cuda()
+    x, bias = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
+    ex = fl.explore(scaled_softmax, x, bias)
+    for _ in range(3):
+        fresh = (torch.randn_like(x), torch.randn_like(bias))
+        torch.testing.assert_close(ex(*fresh), scaled_softmax(*fresh))
+    (launch,) = launches_of(ex)
+    assert len(launch.launchers) == 1 and launch.tail is not None
+
+
+@pytest.mark.gpu
+def test_an_argument_triton_would_specialise_differently_goes_through_the_jit() -> None:
+    needs_cuda()
+    x, bias = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
+    ex = fl.explore(scaled_softmax, x, bias)
+    ex(x, bias)
+    ex(x, bias)
+    storage = torch.randn(64 * 256 + 1, device="cuda")
+    shifted = storage[1:].view(64, 256)  # contiguous, but 4 bytes off 16-byte alignment
+    torch.testing.assert_close(ex(shifted, bias), scaled_softmax(shifted, bias))
+    (launch,) = launches_of(ex)
+    assert len(launch.launchers) == 2
+
+
+@pytest.mark.gpu
+def test_launch_hooks_see_every_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_cuda()
+    x, bias = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
+    ex = fl.explore(scaled_softmax, x, bias)
+    ex(x, bias)
+    seen: list[Any] = []
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", seen.append)
+    torch.testing.assert_close(ex(x, bias), scaled_softmax(x, bias))
+    assert len(seen) == len(ex.compiled.handles)
