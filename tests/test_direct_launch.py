@@ -75,3 +75,11 @@ def test_launch_hooks_see_every_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", seen.append)
     torch.testing.assert_close(ex(x, bias), scaled_softmax(x, bias))
     assert len(seen) == len(ex.compiled.handles)
+
+
+def test_empty_hook_chains_are_not_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusionlab.runtime.direct import hooks_active
+
+    assert not hooks_active()  # Triton's own default: an empty chain (3.6, 3.9) or None
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", print)
+    assert hooks_active()

@@ -20,9 +20,16 @@ import torch
 from triton import knobs
 from triton.runtime.driver import driver
 
-__all__ = ["DirectLaunch", "specialization_key"]
+__all__ = ["DirectLaunch", "hooks_active", "specialization_key"]
 
 _I32 = (-(2**31), 2**31)
+
+
+def hooks_active() -> bool:
+    """A launch hook is set (a profiler's): Triton 3.6 and 3.9 keep an always-present, usually empty, chain of
+    hooks; older versions None."""
+    return any(hook is not None and bool(getattr(hook, "calls", True))
+               for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
 
 
 def specialization_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -57,11 +64,11 @@ class DirectLaunch:
     def __call__(self, *args: Any) -> None:
         key = specialization_key(args)
         launcher = self.launchers.get(key)
-        if launcher is not None and knobs.runtime.launch_enter_hook is None:
+        if launcher is not None and not hooks_active():
             run, handle, packed = launcher
             stream = driver.active.get_current_stream(args[0].device.index)
-            run(self.grid[0], self.grid[1], self.grid[2], stream, handle, packed, None, None,
-                knobs.runtime.launch_exit_hook, *args, *self.tail)  # type: ignore[misc]
+            run(self.grid[0], self.grid[1], self.grid[2], stream, handle, packed, None, None, None,
+                *args, *self.tail)  # type: ignore[misc]
             return
         options: dict[str, Any] = {"num_warps": self.num_warps}
         if self.num_stages is not None:
@@ -72,5 +79,5 @@ class DirectLaunch:
             if any(name not in self.meta for name in names):
                 return  # a parameter left to its default: every launch goes through the JIT
             self.tail = (*self.numels, *(self.meta[name] for name in names))
-        if compiled is not None and knobs.runtime.launch_enter_hook is None:
+        if compiled is not None and not hooks_active():
             self.launchers[key] = (compiled.run, compiled.function, compiled.packed_metadata)
