@@ -51,7 +51,11 @@ def _mm(b: Builder, x: Any, y: Any) -> Ref:
 
 def _addmm(b: Builder, bias: Any, x: Any, y: Any, *, beta: Any = 1, alpha: Any = 1) -> Ref:
     """`beta * bias + alpha * (x @ y)`; the bias add is a pointwise node, fused as the matmul's epilogue."""
-    product = _matmul(b, x, y)
+    return _plus_bias(b, _matmul(b, x, y), bias, alpha, beta)
+
+
+def _plus_bias(b: Builder, product: Ref, bias: Any, alpha: Any, beta: Any) -> Ref:
+    """`beta * bias + alpha * product` as pointwise nodes (addmm's scaling)."""
     if alpha != 1:
         product = b.pointwise("mul", product, alpha)
     if beta == 0:
@@ -101,14 +105,7 @@ def _addmm_bias_in_consumer(b: Builder, bias: Any, x: Any, y: Any, *, beta: Any 
         raise RuleNotApplicable("the product's users do not all run in generated kernels of its shape, so the bias "
                                 "stays in cuBLAS's epilogue (addmm)")
     reason = "cuBLAS matmul (matmul='extern'); the bias is added in the kernel of the product's consumers"
-    product = b.extern(aten.mm.default, (x, y), {}, reason)
-    if alpha != 1:
-        product = b.pointwise("mul", product, alpha)
-    if beta == 0:
-        return product  # PyTorch ignores the bias (even NaN) when beta is 0
-    if beta != 1:
-        bias = b.pointwise("mul", bias, beta)
-    return b.pointwise("add", product, bias)
+    return _plus_bias(b, b.extern(aten.mm.default, (x, y), {}, reason), bias, alpha, beta)
 
 
 EXTERN_MATMUL_RULES: dict[Any, Rule] = {aten.addmm: _addmm_bias_in_consumer}
