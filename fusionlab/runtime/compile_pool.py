@@ -20,7 +20,7 @@ import multiprocessing
 import os
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -138,11 +138,15 @@ def compile_all(launches: Sequence[Launch], workers: str = "processes") -> None:
     count = min(len(unique), _cpus())
     jobs = [job_for(launch[0], launch) for launch in unique]
     with ThreadPoolExecutor(max_workers=4) as launchers:
-        for job in _distinct_signatures(jobs, unique[0][1]):
-            launchers.submit(_build_launcher, job)  # while the kernels compile
+
+        def build_launchers() -> None:  # while the kernels compile
+            for job in _distinct_signatures(jobs, unique[0][1]):
+                launchers.submit(_build_launcher, job)
+
         if workers == "processes" and count > 1 and processes_available():
-            kernels = _compile_in_processes(unique, jobs, count)
+            kernels = _compile_in_processes(unique, jobs, count, build_launchers)
         else:
+            build_launchers()
             kernels = _compile_in_threads(unique, max(1, min(8, len(unique))))
     _load_in_threads(kernels, unique[0][1])
 
@@ -215,10 +219,14 @@ def _compile_in_threads(unique: list[Launch], count: int) -> list[Any]:
     return kernels
 
 
-def _compile_in_processes(unique: list[Launch], jobs: list[CompileJob | None], count: int) -> list[Any]:
+def _compile_in_processes(unique: list[Launch], jobs: list[CompileJob | None], count: int,
+                          forked: Callable[[], None]) -> list[Any]:
+    """Compile in forked workers; `forked` runs once every worker is forked (it may start threads: a fork copies
+    only the thread that forks, so threads started before it could leave a worker a lock nobody releases)."""
     todo = [(launch, job) for launch, job in zip(unique, jobs) if job is not None]  # None: Triton holds it
     kernels = [_warm(launch) for launch, job in zip(unique, jobs) if job is None]
     if not todo:
+        forked()
         return kernels
     with _FORK_LOCK:
         _JOBS[:] = [job for _, job in todo]
@@ -229,6 +237,7 @@ def _compile_in_processes(unique: list[Launch], jobs: list[CompileJob | None], c
                 with ProcessPoolExecutor(max_workers=min(count, len(todo)),
                                          mp_context=multiprocessing.get_context("fork")) as pool:
                     futures = {pool.submit(_compile_inherited, i): launch for i, (launch, _) in enumerate(todo)}
+                    forked()  # with the fork start method the pool forks all its workers at the first submit
                     waiting = dict(futures)
                     try:
                         # As each worker finishes, the parent loads that kernel from the cache while others compile.
