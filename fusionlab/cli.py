@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["build_parser", "main"]
@@ -83,14 +84,23 @@ def _bench(arguments: argparse.Namespace) -> int:
         return 2
 
     from fusionlab.inductor import warm_up_inductor
-    from fusionlab.suite import markdown_table, run_suite, write_results
+    from fusionlab.suite import (
+        kernel_rows,
+        markdown_table,
+        results_stem,
+        run_suite,
+        write_kernel_results,
+        write_results,
+    )
 
     warm_up_inductor(device)  # so that the first workload's cold compile leaves out Inductor's imports
     finished: list[dict[str, Any]] = []
+    kernels: list[dict[str, Any]] = []
 
     def keep(row: dict[str, Any]) -> None:
         finished.append(row)
         write_results(finished, arguments.out)  # after every workload: a run cut short keeps what it measured
+        write_kernel_results(kernels, Path(arguments.out) / f"{results_stem(finished)}_kernels.csv")
         if not arguments.quiet:
             _print_progress(row)
 
@@ -104,10 +114,11 @@ def _bench(arguments: argparse.Namespace) -> int:
         progress=not arguments.quiet,
         on_row=keep,
         rounds=arguments.rounds,
+        on_report=lambda report: kernels.extend(kernel_rows(report)),
     )
     csv_path, markdown_path = write_results(rows, arguments.out)
     print(markdown_table(rows))
-    print(f"\nwrote {csv_path} and {markdown_path}")
+    print(f"\nwrote {csv_path}, {markdown_path} and {csv_path.with_name(csv_path.stem + '_kernels.csv')}")
     failed = [row["workload"] for row in rows if row.get("error")]
     if failed:
         print(f"fusionlab bench: {len(failed)} workloads failed: {', '.join(failed)} (see the error column)",

@@ -22,7 +22,8 @@ from fusionlab.devices import DeviceProfile
 from fusionlab.explore import explore
 from fusionlab.workloads import Size, Workload, default_dtype, get, names
 
-__all__ = ["SUITE_COLUMNS", "markdown_table", "results_stem", "run_suite", "summary_row", "write_results"]
+__all__ = ["KERNEL_COLUMNS", "SUITE_COLUMNS", "kernel_rows", "markdown_table", "results_stem", "run_suite",
+           "summary_row", "write_kernel_results", "write_results"]
 
 SUITE_COLUMNS: tuple[str, ...] = (
     "workload", "dtype", "shape", "bound",
@@ -35,6 +36,13 @@ SUITE_COLUMNS: tuple[str, ...] = (
     "fusionlab_modelled_ms", "inductor_modelled_ms", "unfused_modelled_ms", "profile",
     "gpu", "torch", "triton", "date", "error",
 )  # fmt: skip
+
+# One row per kernel of each variant (fusionlab's, Inductor's, "(other kernels)" for cuBLAS and copies): where a
+# program's time goes, beside the summary.
+KERNEL_COLUMNS: tuple[str, ...] = (
+    "workload", "variant", "kernel", "median_ms", "launches", "bytes", "achieved_gbps", "pct_of_copy_bw", "timing",
+    "device",
+)
 
 _MARKDOWN_COLUMNS: tuple[str, ...] = (
     "workload", "dtype", "shape", "bound", "eager_ms", "fusionlab_ms", "inductor_ms", "inductor_over_fusionlab",
@@ -54,9 +62,11 @@ def run_suite(
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     rounds: int | None = None,
+    on_report: Callable[[BenchReport], None] | None = None,
 ) -> tuple[dict[str, Any], ...]:
     """Benchmark the named workloads (all by default) and return one summary row each; `rounds` as in
-    `fusionlab.bench.benchmark` (default: 5 on CUDA, 1 on a CPU).
+    `fusionlab.bench.benchmark` (default: 5 on CUDA, 1 on a CPU). `on_report` gets each workload's whole
+    `BenchReport` (its per-kernel rows: `kernel_rows`).
 
     A workload that fails leaves a row with its `error` filled in, and the suite goes on.
     """
@@ -65,8 +75,10 @@ def run_suite(
     size = size or ("gpu" if where.type == "cuda" else "cpu")
     rows = []
     for workload in chosen:
-        row = _run_one(workload, where, size, dtype or default_dtype(size), repeat, profile, progress, rounds)
+        row, report = _run_one(workload, where, size, dtype or default_dtype(size), repeat, profile, progress, rounds)
         rows.append(row)
+        if report is not None and on_report is not None:
+            on_report(report)
         if on_row is not None:
             on_row(row)
         torch._dynamo.reset()
@@ -84,7 +96,7 @@ def _run_one(
     profile: str | DeviceProfile,
     progress: bool,
     rounds: int | None,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], BenchReport | None]:
     inputs: tuple[Any, ...] = ()
     try:
         fn, inputs = workload.build(size, device, dtype)
@@ -92,10 +104,10 @@ def _run_one(
             explore(fn, *inputs), profile=profile, progress=progress, repeat=repeat, workload=workload.name,
             rounds=rounds,
         )
-        return summary_row(report, workload, inputs, dtype)
+        return summary_row(report, workload, inputs, dtype), report
     except Exception as error:  # one broken workload must not hide the others' results
         message = " ".join(str(error).split())  # one line: it goes into a CSV cell and a Markdown table
-        return _base_row(workload, inputs, dtype, device) | {"error": f"{type(error).__name__}: {message}"}
+        return _base_row(workload, inputs, dtype, device) | {"error": f"{type(error).__name__}: {message}"}, None
 
 
 def summary_row(report: BenchReport, workload: Workload, inputs: tuple[Any, ...], dtype: torch.dtype) -> dict[str, Any]:
@@ -181,6 +193,24 @@ def write_results(rows: Sequence[dict[str, Any]], folder: str | Path) -> tuple[P
             writer.writerow({column: format_cell(row.get(column)) for column in SUITE_COLUMNS})
     markdown_path.write_text(markdown_table(rows) + "\n", encoding="utf-8")
     return csv_path, markdown_path
+
+
+def kernel_rows(report: BenchReport) -> list[dict[str, Any]]:
+    """The report's per-kernel rows (measured on CUDA; modelled or untimed on a CPU), as KERNEL_COLUMNS dicts."""
+    return [{"workload": report.workload} | {c: getattr(r, c) for c in KERNEL_COLUMNS[1:]}
+            for r in report.rows if r.kernel]
+
+
+def write_kernel_results(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Per-kernel rows of a suite run as CSV (`<stem>_kernels.csv` beside the summary)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(KERNEL_COLUMNS))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({column: format_cell(row.get(column)) for column in KERNEL_COLUMNS})
+    return target
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:

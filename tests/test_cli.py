@@ -62,3 +62,15 @@ def test_list_through_python_dash_m() -> None:
 def test_report_subcommand_has_its_slot() -> None:
     with pytest.raises(SystemExit):
         main(["report"])  # MODULE:FUNCTION is required
+
+
+def test_bench_writes_each_kernel_beside_the_summary(bench_run: tuple[int, Path]) -> None:
+    """Where each program's time goes: fusionlab's kernel modelled (CPU), Inductor's listed, untimed."""
+    _, folder = bench_run
+    with (folder / "bench_cpu_kernels.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["workload"] for row in rows} == {"softmax"}
+    ours = [row for row in rows if row["variant"] == "fusionlab"]
+    assert len(ours) == 1 and ours[0]["kernel"].startswith("reduction_") and ours[0]["timing"] == "modelled"
+    assert float(ours[0]["median_ms"]) > 0 and int(ours[0]["bytes"]) > 0
+    assert any(row["variant"] == "inductor" and row["timing"] == "untimed" for row in rows)
