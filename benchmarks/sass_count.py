@@ -24,29 +24,15 @@ from typing import Any
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from triton.runtime.driver import driver
 
 import fusionlab as fl
 import fusionlab.runtime.compile_pool as compile_pool
+from fusionlab.runtime.targets import stand_in_gpu
 from fusionlab.workloads import get
 
 H200 = {"sms": 132, "schedulers": 4, "clock_hz": 1.98e9, "copy_bytes_per_s": 4.22e12}
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")
-
-
-class _StandInDriver:
-    """Answers Triton's questions about the current device as an H200 would; runs nothing."""
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def get_current_target(self) -> GPUTarget:
-        return GPUTarget("cuda", 90, 32)
 
 
 def sass(kernel: Any) -> list[str]:
@@ -91,17 +77,17 @@ def count(name: str) -> list[dict[str, Any]]:
 
 
 def main(names: list[str]) -> None:
-    driver.set_active(_StandInDriver())
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="fusionlab-sass-"))
     print("| workload | kernel | elements/thread | SASS instructions | per element | issue time on an H200 (ms) | "
           "most frequent |")
     print("|---|---|---|---|---|---|---|")
-    for name in names:
-        for row in count(name):
-            issue = "looped: dynamic count differs" if row["issue_ms"] is None else f"{row['issue_ms']:.4f}"
-            top = ", ".join(f"{op} {n}" for op, n in row["top"])
-            print(f"| {row['workload']} | {row['kernel']} | {row['elements_per_thread']:g} | {row['instructions']} "
-                  f"| {row['per_element']:.1f} | {issue} | {top} |", flush=True)
+    with stand_in_gpu():
+        for name in names:
+            for row in count(name):
+                issue = "looped: dynamic count differs" if row["issue_ms"] is None else f"{row['issue_ms']:.4f}"
+                top = ", ".join(f"{op} {n}" for op, n in row["top"])
+                print(f"| {row['workload']} | {row['kernel']} | {row['elements_per_thread']:g} | "
+                      f"{row['instructions']} | {row['per_element']:.1f} | {issue} | {top} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import triton.testing
 
 import fusionlab as fl
 from fusionlab import workloads
-from fusionlab.runtime.config import KernelShape, LaunchConfig
+from fusionlab.runtime.config import LaunchConfig
 from fusionlab.runtime.interpreter import build_module
 
 
@@ -252,7 +252,7 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
                 break
             if "nomask" in variant and (xnumel % xblock or (handle.kind != "pointwise" and rnumel % rblock)):
                 continue
-            shape = KernelShape(handle.kind, xnumel, rnumel, handle.persistent, handle.heavy, handle.accumulators)
+            shape = handle.shape(xnumel, rnumel)
             config = LaunchConfig(xblock, rblock, warps)
             grid = config.grid(shape)
             if per_sm:

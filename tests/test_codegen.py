@@ -217,10 +217,10 @@ def test_kernels_compile_for_the_h200_after_interpreted_runs(name: str, looped: 
     under the interpreter: the interpreter must leave triton.language as it found it, and the real compiler is
     stricter than the interpreter."""
     import triton
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from fusionlab.runtime.config import KernelShape, choose
+    from fusionlab.runtime.targets import H200_TARGET
 
     case = find(name)
     args, kwargs = case.make_inputs("cpu")
@@ -246,7 +246,7 @@ def test_kernels_compile_for_the_h200_after_interpreted_runs(name: str, looped: 
                 signature[name_] = "constexpr"
                 constexprs[(function.arg_names.index(name_),)] = blocks[name_]
             compiled = triton.compile(ASTSource(function, signature, constexprs),
-                                      target=GPUTarget("cuda", 90, 32), options={"num_warps": config.num_warps})
+                                      target=H200_TARGET, options={"num_warps": config.num_warps})
             assert "ptx" in compiled.asm
             if even:  # the constant-True masks are folded: no predicated global loads remain
                 assert "@%p" not in "\n".join(line for line in compiled.asm["ptx"].splitlines()

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.driver import driver
 
@@ -26,19 +25,7 @@ import fusionlab.runtime.compile_pool as compile_pool
 from fusionlab.runtime.compile_pool import KernelCompileError, compile_all
 from fusionlab.runtime.interpreter import build_module
 from fusionlab.runtime.launch import compile_in_parallel
-
-
-class StandInDriver:
-    """Answers Triton's questions about the current device as an H200 would; runs nothing."""
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def get_current_target(self) -> GPUTarget:
-        return GPUTarget("cuda", 90, 32)
+from fusionlab.runtime.targets import H200_TARGET, stand_in_gpu
 
 
 @pytest.fixture
@@ -48,12 +35,8 @@ def sm90(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     cache.mkdir()
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     monkeypatch.setattr(compile_pool, "_cpus", lambda: 4)
-    previous = driver._active
-    driver.set_active(StandInDriver())
-    try:
+    with stand_in_gpu():
         yield cache
-    finally:
-        driver._active = previous
 
 
 @contextlib.contextmanager
@@ -124,7 +107,7 @@ def test_a_workers_compile_call_is_the_launchs_own(sm90: Path) -> None:
         handle = launch[0]
         handle.function("cuda")
         job = compile_pool.job_for(handle, launch)
-        assert job is not None and job.name == handle.name and job.target == GPUTarget("cuda", 90, 32)
+        assert job is not None and job.name == handle.name and job.target == H200_TARGET
         compile_pool.compile_job(job)  # here, not in a worker: the check is about the key
         with compiles_in_this_process() as lowered:
             handle.warm(*launch[1], xnumel=launch[2], rnumel=launch[3])
@@ -180,7 +163,7 @@ def test_triton_compile_needs_no_driver_in_a_worker(sm90: Path) -> None:
     driver.set_active(object())  # any question to the driver would fail
     source = build_module(BROKEN_KERNEL.replace(" + undefined_name", ""), "plain", interpret=False)["broken_kernel"]
     kernel = triton.compile(ASTSource(source, {"x_ptr": "*fp32", "xnumel": "i32", "XBLOCK": "constexpr"},
-                                      {(2,): 64}), target=GPUTarget("cuda", 90, 32))
+                                      {(2,): 64}), target=H200_TARGET)
     assert "ptx" in kernel.asm
 
 

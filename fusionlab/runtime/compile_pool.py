@@ -159,10 +159,18 @@ _PLAIN_METADATA = SimpleNamespace(
 )
 
 
+def _device_of(args: tuple[Any, ...]) -> Any:
+    return next((a.device for a in args if hasattr(a, "device")), None)
+
+
+def _on_cuda(args: tuple[Any, ...]) -> bool:
+    device = _device_of(args)
+    return device is not None and device.type == "cuda"
+
+
 def _distinct_signatures(jobs: Sequence[CompileJob | None], args: tuple[Any, ...]) -> list[CompileJob]:
     """One job per kernel signature, on CUDA only (elsewhere Triton builds no launcher)."""
-    device = next((a.device for a in args if hasattr(a, "device")), None)
-    if device is None or device.type != "cuda":
+    if not _on_cuda(args):
         return []
     distinct: dict[str, CompileJob] = {}
     for job in jobs:
@@ -184,13 +192,13 @@ def _build_launcher(job: CompileJob) -> None:
 
 
 def _load_in_threads(kernels: list[Any], args: tuple[Any, ...]) -> None:
-    """Load each compiled kernel and build its launcher before the first call, in threads. Triton builds one
-    launcher per kernel signature with the C compiler, at the first launch, one after another (gpt_block's first
-    call after its kernels were compiled still took 1.6 s on the H200 host); the C compiler runs as a
-    subprocess, so threads overlap."""
-    device = next((a.device for a in args if hasattr(a, "device")), None)
+    """Load each compiled kernel and its launcher before the first call, in threads: Triton would otherwise do it
+    at each kernel's first launch, one after another (gpt_block's first call after its kernels were compiled took
+    1.6 s on the H200 host). A launcher `_build_launcher` did not build is built here, by the C compiler in a
+    subprocess, so the threads overlap."""
+    device = _device_of(args)
     loadable = [k for k in kernels if hasattr(k, "_init_handles")]
-    if device is None or device.type != "cuda" or not loadable:
+    if not _on_cuda(args) or not loadable:
         return
 
     def load(kernel: Any) -> None:

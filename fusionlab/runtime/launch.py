@@ -46,7 +46,7 @@ class KernelHandle:
                 fast(*args)  # the hot path: the compiled kernel's own launcher (it launches on the current device)
                 return
         backend = "cuda" if device.type == "cuda" else "interpreter"
-        shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
+        shape = self.shape(xnumel, rnumel)
         self.backends_used.add(backend)
         if backend == "interpreter":
             config = choose(shape, backend)
@@ -71,12 +71,16 @@ class KernelHandle:
     def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> Any:
         """Compile for CUDA without running (Triton's `warmup`) with the config the real launch will use; returns
         Triton's compiled kernel."""
-        shape = KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
+        shape = self.shape(xnumel, rnumel)
         config = self.tuned.get(shape) or choose(shape, "cuda")
         self.tuned[shape] = config
         numels, meta = self._meta(config, shape)
         return self.function("cuda").warmup(*args, *numels, grid=config.grid(shape), num_warps=config.num_warps,
                                             **meta)
+
+    def shape(self, xnumel: int, rnumel: int = 1) -> KernelShape:
+        """What the launch configuration is chosen from: this kernel's kind and work at these sizes."""
+        return KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
 
     def _meta(self, config: LaunchConfig, shape: KernelShape) -> tuple[tuple[int, ...], dict[str, Any]]:
         """The size arguments and constexprs of one launch: blocks, and whether each size divides its block
