@@ -43,7 +43,12 @@ def _rnumel_constexpr(source: str) -> str:
 
 
 def _erf_free(source: str) -> str:
-    return source.replace("tl.erf(", "(")
+    return re.sub(r"(?<!def )\b_erf\(", "(", source).replace("tl.erf(", "(")
+
+
+def _libdevice_erf(source: str) -> str:
+    """erf from libdevice (erff) instead of the preamble's `_erf`: what the selects cost."""
+    return re.sub(r"(?<!def )\b_erf\(", "tl.erf(", source)
 
 
 def _evict(source: str) -> str:
@@ -85,6 +90,7 @@ VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, che
     "rconst": (_rnumel_constexpr, True),
     "rconst_nomask": (lambda s: _drop_masks(_rnumel_constexpr(s)), True),
     "erf_free": (_erf_free, False),
+    "libdevice_erf": (_libdevice_erf, True),
     "evict": (_evict, True),
     "pipelined": (_pipelined, True),
     "pipelined_evict": (lambda s: _pipelined(_evict(s)), True),

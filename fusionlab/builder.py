@@ -67,6 +67,7 @@ class Builder:
     node: Any = None  # the aten (torch.fx) node being decomposed: a rule may look at its users
     _counts: dict[str, int] | None = None
     _seen: dict[Any, Ref] = field(default_factory=dict)
+    _reshaped: dict[str, Ref] = field(default_factory=dict)  # a reshape's name -> its input
 
     def type_of(self, value: Ref) -> TensorType:
         return self.types[value.name]
@@ -185,8 +186,13 @@ class Builder:
         current = self.type_of(value)
         if tuple(current.shape) == tuple(shape):
             return value
-        return self._add("view", "reshape", (value,), TensorType(tuple(shape), current.dtype),
-                         {"shape": tuple(shape)})
+        source = self._reshaped.get(value.name)
+        if source is not None:  # a reshape of a reshape is one reshape of the first one's input
+            return self.reshape(source, shape)
+        result = self._add("view", "reshape", (value,), TensorType(tuple(shape), current.dtype),
+                           {"shape": tuple(shape)})
+        self._reshaped[result.name] = value
+        return result
 
     def broadcast(self, value: Ref, shape: tuple[Dim, ...]) -> Ref:
         current = self.type_of(value)

@@ -100,6 +100,11 @@ POINTWISE: dict[str, PointwisePrimitive] = {
     name: PointwisePrimitive(name, arity, template) for name, arity, template in _TABLE
 } | {name: PointwisePrimitive(name, arity, template, True) for name, arity, template in _BOOL_TABLE}
 
+# float32 versions (also for half-precision values, computed in float32): float64 keeps libdevice.
+FLOAT32_OVERRIDES: dict[str, str] = {
+    "erf": "_erf({0})",  # the preamble's erf (codegen/kernel.py): no per-element coefficient selects
+}
+
 # Integer versions where Triton's C-style operators differ from PyTorch's Python-style ones.
 INTEGER_OVERRIDES: dict[str, str] = {
     "remainder": "tl.where((({0} % {1}) != 0) & ((({0} % {1}) < 0) != ({1} < 0)), ({0} % {1}) + {1}, {0} % {1})",

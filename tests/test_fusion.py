@@ -212,3 +212,16 @@ def test_multi_output_group() -> None:
     ex = fl.explore(case.fn, *args)
     (kernel,) = ex.fused.kernels
     assert len(kernel.outputs) == 2
+
+
+def test_a_reshape_of_a_reshape_is_one_reshape() -> None:
+    """x.view(6, 8).view(48) reshapes x once: no intermediate view between kernels, and the result is eager's."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x.view(6, 8).view(2, 24) + 1)
+
+    x = torch.randn(4, 12)
+    ex = fl.explore(fn, x)
+    reshapes = [n for n in ex.decomposed.graph.nodes if n.op == "reshape"]
+    assert [(n.inputs, n.type.shape) for n in reshapes] == [(("x",), (2, 24))]
+    fresh = torch.randn_like(x)
+    torch.testing.assert_close(ex(fresh), fn(fresh))

@@ -118,7 +118,7 @@ def test_explorer_follows_a_click_in_the_graph(ex: fl.Exploration) -> None:
 
     explorer.graph.set_state({"selected": "erf"})  # what a click on the node `erf` sends
     assert explorer.source.group == last.name
-    assert explorer.source.left.value != left and "tl.erf" in text(explorer.source.left.value)
+    assert explorer.source.left.value != left and "= _erf(" in text(explorer.source.left.value)
     assert explorer.source.right.value != right and "# gelu" in text(explorer.source.right.value)
     assert explorer.groups.value != groups
     assert re.findall(r"<tr data-row='(\d+)'><td style='[^']*#fef9c3", explorer.groups.value) == [

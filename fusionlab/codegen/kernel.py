@@ -23,7 +23,7 @@ from fusionlab.fusion.domain import Domain, alignment, non_unit
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Node, Ref, static_value
 from fusionlab.names import Namer, comment
-from fusionlab.primitives import INTEGER_OVERRIDES, POINTWISE
+from fusionlab.primitives import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE
 
 PERSISTENT_LIMIT = 16384
 HEAVY_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "erf", "erfinv", "tanh", "sigmoid",
@@ -65,6 +65,30 @@ def _argmin(value_a, index_a, value_b, index_b):
     tie = (value_a == value_b) | (nan_a & (value_b != value_b))
     take_a = (value_a < value_b) | (nan_a & (value_b == value_b)) | (tie & (index_a < index_b))
     return tl.where(take_a, value_a, value_b), tl.where(take_a, index_a, index_b)
+
+
+@triton.jit
+def _erf(a):
+    # float32 erf, within 1.04 ulp (scripts/fit_erf.py). libdevice's erff picks its coefficients per element: with
+    # many elements per thread that is a register move and a select per coefficient. Here both polynomials run
+    # with constant coefficients and one result is picked.
+    t = tl.minimum(tl.abs(a), 4.0, propagate_nan=tl.PropagateNan.ALL)  # erf(4) rounds to 1
+    s = a * a
+    p = 7.898662443039939e-05 * s - 0.0008024809649214149
+    p = p * s + 0.005190161522477865
+    p = p * s - 0.02685491554439068
+    p = p * s + 0.11283617466688156
+    p = p * s - 0.3761262893676758
+    p = p * s + 0.12837916612625122
+    near = p * a + a  # |a| < 1: a + a * P(a^2)
+    q = -0.0003032297536265105 * t + 0.004592276643961668
+    q = q * t - 0.032873403280973434
+    q = q * t + 0.1516224890947342
+    q = q * t + 0.9173324108123779
+    q = q * t + 0.6280461549758911
+    far = 1.0 - tl.exp2(q * (-t) - t)  # |a| >= 1: 1 - 2^(-t - t * Q(t)), then a's sign bit
+    far = (far.to(tl.uint32, bitcast=True) | (a.to(tl.uint32, bitcast=True) & 0x80000000)).to(tl.float32, bitcast=True)
+    return tl.where(t < 1.0, near, far)
 '''
 
 TRITON_DTYPES = {
@@ -389,6 +413,8 @@ class KernelWriter:
         primitive = POINTWISE[node.op]
         if not operand_dtype.is_floating_point and node.op in INTEGER_OVERRIDES:
             return INTEGER_OVERRIDES[node.op].format(*operands)
+        if compute_dtype(operand_dtype) == torch.float32 and node.op in FLOAT32_OVERRIDES:
+            return FLOAT32_OVERRIDES[node.op].format(*operands)
         return primitive.render(operands)
 
     def _reduce(self, node: Node, scope: _Scope) -> str:

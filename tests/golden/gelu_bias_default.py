@@ -14,7 +14,7 @@ def pointwise_0_add_mul_erf(in_x, in_b, out_mul_2, stride_b_0, xnumel, rnumel, X
     add = (x + b)
     mul_1 = (add * 0.5)
     mul = (add * 0.7071067811865475)
-    erf = tl.erf(mul)
+    erf = _erf(mul)
     add_1 = (erf + 1.0)
     mul_2 = (mul_1 * add_1)
     tl.store(out_mul_2 + xindex * rnumel + rindex, mul_2, mask=mask)

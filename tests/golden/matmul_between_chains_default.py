@@ -29,7 +29,7 @@ def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_mm_0, stride_mm_1, st
     add = (mm + b)
     mul_2 = (add * 0.5)
     mul_1 = (add * 0.7071067811865475)
-    erf = tl.erf(mul_1)
+    erf = _erf(mul_1)
     add_1 = (erf + 1.0)
     mul_3 = (mul_2 * add_1)
     tl.store(out_mul_3 + xindex * rnumel + rindex, mul_3, mask=mask)
