@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import sys
@@ -128,7 +129,8 @@ def _plain_configs(kind: str, xnumel: int, rnumel: int) -> list[tuple[int, int, 
         return [(x, r, w, 1) for x, r, w in itertools.product((1, 2), (1024, 2048, 4096), (4, 8, 16))
                 if w * 32 <= x * r]
     rblock = p2(rnumel)
-    return [(x, rblock, w, 1) for x, w in itertools.product((1, 2, 4), (4, 8, 16, 32))
+    rows, warps = ((1, 2, 4, 8, 16), (1, 2, 4, 8, 16)) if rblock <= 2048 else ((1, 2, 4), (4, 8, 16, 32))
+    return [(x, rblock, w, 1) for x, w in itertools.product(rows, warps)
             if x * rblock <= 32768 and w * 32 <= x * rblock]
 
 
@@ -216,9 +218,30 @@ def split_sum(x: torch.Tensor, splits: int, xblock: int, rblock: int, warps: int
     return run
 
 
+def attention_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """gpt_block's attention softmax: scaled scores, a causal mask, softmax over rows of 1024."""
+    return torch.softmax((scores * (1 / math.sqrt(128))).masked_fill(mask, float("-inf")), dim=-1)
+
+
+def _attention_inputs() -> list[torch.Tensor]:
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    scores = torch.randn(4, 16, 1024, 1024, device="cuda", generator=generator).to(torch.bfloat16) * 8
+    return [scores, torch.ones(1024, 1024, dtype=torch.bool, device="cuda").triu(1)]
+
+
+# Single kernels of multi-kernel workloads, swept on their own: name -> (function, inputs on the GPU).
+PARTS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = {
+    "attention_softmax": (attention_softmax, _attention_inputs),
+}
+
+
 def sweep(label: str, budget_s: float) -> dict[str, Any]:
     name, _, mode = label.partition(":")  # "rms_norm:looped" forces looped reductions
-    fn, inputs = workloads.get(name).build("gpu", "cuda", torch.bfloat16)
+    if name in PARTS:
+        fn, build = PARTS[name]
+        inputs = build()
+    else:
+        fn, inputs = workloads.get(name).build("gpu", "cuda", torch.bfloat16)
     with torch.no_grad():
         expected = fn(*inputs)
     row: dict[str, Any] = {"workload": label}
