@@ -229,9 +229,29 @@ def _attention_inputs() -> list[torch.Tensor]:
     return [scores, torch.ones(1024, 1024, dtype=torch.bool, device="cuda").triu(1)]
 
 
-# Single kernels of multi-kernel workloads, swept on their own: name -> (function, inputs on the GPU).
+def _short_rows(rows: int, columns: int) -> Callable[[], list[torch.Tensor]]:
+    def build() -> list[torch.Tensor]:
+        generator = torch.Generator(device="cuda").manual_seed(0)
+        return [torch.randn(rows, columns, device="cuda", generator=generator).to(torch.bfloat16),
+                torch.randn(columns, device="cuda", generator=generator).to(torch.bfloat16)]
+    return build
+
+
+def _softmax(x: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, -1)
+
+
+def _layer_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(x, weight.shape, weight)
+
+
+# Single kernels of multi-kernel workloads, and other row lengths, swept on their own:
+# name -> (function, inputs on the GPU).
 PARTS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = {
     "attention_softmax": (attention_softmax, _attention_inputs),
+    "softmax_512": (_softmax, _short_rows(131072, 512)),
+    "layer_norm_1024": (_layer_norm, _short_rows(65536, 1024)),
+    "layer_norm_256_small": (_layer_norm, _short_rows(8192, 256)),
 }
 
 
