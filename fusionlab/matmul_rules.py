@@ -78,70 +78,36 @@ def _is_view(target: Any) -> bool:
     return schema is None or any(r.alias_info is not None for r in schema.returns)
 
 
-_RESHAPES = (aten.view, aten._unsafe_view, aten.reshape)
-
-
-def _generated_users_of_shape(node: Any, shape: Any) -> bool:
-    """Every user of fx `node` is an op generated into a kernel here (not a view, not an extern op, not the
-    program's output) whose result has `shape`."""
-    if not node.users:
+def _bias_joins_consumers(b: Builder, bias: Any) -> bool:
+    """Every user of the product is an op generated into a kernel here, of the product's own shape (not a view,
+    not an extern op, not the program's output), so an add of the bias joins that kernel."""
+    node = b.node
+    expected = b.expected
+    if node is None or not isinstance(bias, Ref) or not isinstance(expected, TensorType) or not node.users:
+        return False
+    if b.type_of(bias).dtype != expected.dtype:
         return False
     for user in node.users:
         value = user.meta.get("val") if user.op == "call_function" else None
-        if value is None or _is_view(user.target) or getattr(value, "shape", None) != shape:
+        if value is None or _is_view(user.target) or getattr(value, "shape", None) != node.meta["val"].shape:
             return False
         if user.target not in RULES and getattr(user.target, "overloadpacket", None) not in RULES:
             return False
     return True
 
 
-def _bias_site(b: Builder, bias: Any) -> tuple[int, ...] | None:
-    """Where an add of the bias joins the kernel of the product's consumers: the product's own shape when its users
-    are generated ops of that shape; the shape of a reshape that only splits its rows (a 3-D `nn.Linear`:
-    [B*T, N] -> [B, T, N]) when every user is that reshape and its users are generated ops of its shape; else None
-    (a kernel cannot take the add: the bias stays in cuBLAS's epilogue)."""
-    node, expected = b.node, b.expected
-    if node is None or not isinstance(bias, Ref) or not isinstance(expected, TensorType):
-        return None
-    if b.type_of(bias).dtype != expected.dtype:
-        return None
-    product = node.meta.get("val")
-    if product is None:
-        return None
-    if _generated_users_of_shape(node, product.shape):
-        return tuple(expected.shape)
-    columns = expected.shape[-1]
-    if b.type_of(bias).numel != columns:  # a [M, N] bias would have to be reshaped with the product
-        return None
-    shapes = {tuple(getattr(user.meta.get("val"), "shape", ())) for user in node.users}
-    if len(shapes) != 1 or not all(getattr(user.target, "overloadpacket", None) in _RESHAPES for user in node.users):
-        return None
-    shape = shapes.pop()
-    if len(shape) < 2 or shape[-1] != columns or not all(type(size) is int for size in shape):
-        return None  # (with symbolic sizes the reshape stays a view between kernels)
-    return shape if all(_generated_users_of_shape(user, torch.Size(shape)) for user in node.users) else None
-
-
 def _addmm_bias_in_consumer(b: Builder, bias: Any, x: Any, y: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
     """With cuBLAS matmuls: `aten.mm` and the bias added in the kernel of the product's consumers, as Inductor does,
-    when they are generated kernels that take it (`gelu(x @ w + b)`, also after a reshape of the rows, as in a 3-D
-    `nn.Linear`); else `aten.addmm` with the bias in cuBLAS's epilogue. On an H200 mm is 2-6% faster than addmm
-    (benchmarks/results/2026-11-30-h200-mm-vs-addmm.json), and reading a bias row in a kernel that runs anyway costs
-    next to nothing."""
-    site = _bias_site(b, bias)
-    if site is None:
+    when they are generated kernels that take it (`gelu(x @ w + b)`); else `aten.addmm` with the bias in cuBLAS's
+    epilogue. On an H200 mm is 2-6% faster than addmm (benchmarks/results/2026-11-30-h200-mm-vs-addmm.json), and
+    reading a bias row in a kernel that runs anyway costs next to nothing. A 3-D `nn.Linear` (addmm, then a reshape
+    of its rows) keeps addmm: moving its bias after the reshape made gpt_block's products slower, not faster
+    (cuBLAS's bias epilogue is free there: 0.535 ms of mm + addmm against 0.526 of addmm, docs/PERFORMANCE.md)."""
+    if not _bias_joins_consumers(b, bias):
         raise RuleNotApplicable("the product's users do not all run in generated kernels of its shape, so the bias "
                                 "stays in cuBLAS's epilogue (addmm)")
     reason = "cuBLAS matmul (matmul='extern'); the bias is added in the kernel of the product's consumers"
-    product = b.extern(aten.mm.default, (x, y), {}, reason)
-    shape = b.type_of(product).shape
-    if site == tuple(shape):
-        return _plus_bias(b, product, bias, alpha, beta)
-    # The add runs after the users' reshape, where the kernel is; reshape(reshape(v)) folds to one reshape, so the
-    # users' reshape of this result is the sum itself.
-    rows = b.reshape(product, site)
-    summed = _plus_bias(b, rows, b.reshape(bias, (shape[-1],)), alpha, beta)
-    return b.reshape(summed, shape)
+    return _plus_bias(b, b.extern(aten.mm.default, (x, y), {}, reason), bias, alpha, beta)
 
 
 EXTERN_MATMUL_RULES: dict[Any, Rule] = {aten.addmm: _addmm_bias_in_consumer}

@@ -234,25 +234,9 @@ def test_extern_addmm_adds_its_bias_in_the_consumers_kernel(dtype: torch.dtype) 
     torch.testing.assert_close(ex(*fresh), linear_gelu(*fresh), **tolerance)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows", [(4, 12), (2, 3, 8)])
-def test_extern_addmm_of_a_3d_linear_adds_its_bias_after_the_reshape(dtype: torch.dtype, rows: tuple[int]) -> None:
-    """A 3-D nn.Linear is view -> addmm -> view [B*T, N] -> [B, T, N]: the bias add moves after the reshape, into
-    the consumers' kernel, and the two reshapes around it fold away."""
-    x, w, b = (torch.randn(*rows, 40, dtype=dtype), torch.randn(24, 40, dtype=dtype), torch.randn(24, dtype=dtype))
-    ex = fl.explore(linear_gelu, x, w, b)
-    assert [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"] == ["aten.mm.default"]
-    (kernel,) = ex.generated.kernels
-    assert "add" in kernel.name and "erf" in kernel.name
-    adds = [n for n in ex.decomposed.graph.nodes if n.op == "add" and n.type.shape == (*rows, 24)]
-    assert adds, "the bias is added at the reshaped [.., N] shape"
-    fresh = (torch.randn_like(x), torch.randn_like(w), torch.randn_like(b))
-    tolerance = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
-    torch.testing.assert_close(ex(*fresh), linear_gelu(*fresh), **tolerance)
-
-
 @pytest.mark.parametrize(("name", "fn"), [
     ("output", lambda x, w, b: F.linear(x, w, b)),
+    ("reshaped", lambda x, w, b: F.gelu(F.linear(x, w, b).view(4, -1, w.shape[0]))),
     ("reshaped_columns", lambda x, w, b: F.gelu(F.linear(x, w, b).view(48, 4, 6))),
     ("reshaped_then_transposed", lambda x, w, b: F.gelu(F.linear(x, w, b).view(4, 12, 24).transpose(1, 2))),
     ("reshaped_output", lambda x, w, b: F.linear(x, w, b).view(4, 12, 24)),
@@ -260,8 +244,9 @@ def test_extern_addmm_of_a_3d_linear_adds_its_bias_after_the_reshape(dtype: torc
     ("also_an_output", lambda x, w, b: (lambda y: (y, F.gelu(y)))(F.linear(x, w, b))),
 ])
 def test_extern_addmm_keeps_its_bias_when_no_kernel_takes_it(name: str, fn: object) -> None:
-    """The product is an output, reshaped across its columns, or reaches a view or the output: a separate add
-    kernel would cost a round trip, so the bias stays in cuBLAS's epilogue, and the views say why."""
+    """The product is an output or goes through a reshape first: a separate add kernel would cost a round trip (and
+    for a 3-D linear, cuBLAS's bias epilogue measured free), so the bias stays in cuBLAS's epilogue, and the views
+    say why."""
     x, w, b = torch.randn(48, 40), torch.randn(24, 40), torch.randn(24)
     ex = fl.explore(fn, x, w, b)  # type: ignore[arg-type]
     assert [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"] == ["aten.addmm.default"], name
