@@ -67,7 +67,7 @@ class Builder:
     node: Any = None  # the aten (torch.fx) node being decomposed: a rule may look at its users
     _counts: dict[str, int] | None = None
     _seen: dict[Any, Ref] = field(default_factory=dict)
-    _reshaped: dict[str, Ref] = field(default_factory=dict)  # a reshape's name -> its input
+    _producers: dict[str, Node] = field(default_factory=dict)  # a value's name -> the node that computes it
 
     def type_of(self, value: Ref) -> TensorType:
         return self.types[value.name]
@@ -99,9 +99,14 @@ class Builder:
         node = Node(name, kind, op, args, out, tuple(sorted((params or {}).items())), self.origin)  # type: ignore[arg-type]
         self.nodes.append(node)
         self.types[name] = out
+        self._producers[name] = node
         if kind in ("pointwise", "reduction", "view", "matmul") and key is not None:
             self._seen[key] = Ref(name)
         return Ref(name)
+
+    def producer(self, value: Ref) -> Node | None:
+        """The node that computes `value` (None for a value from outside this builder)."""
+        return self._producers.get(value.name)
 
     def extern(self, target: Any, args: Any, kwargs: Any, reason: str) -> Any:
         """`target(*args, **kwargs)` run by PyTorch between kernels, with the aten node's output type(s); `reason`
@@ -186,13 +191,11 @@ class Builder:
         current = self.type_of(value)
         if tuple(current.shape) == tuple(shape):
             return value
-        source = self._reshaped.get(value.name)
-        if source is not None:  # a reshape of a reshape is one reshape of the first one's input
-            return self.reshape(source, shape)
-        result = self._add("view", "reshape", (value,), TensorType(tuple(shape), current.dtype),
-                           {"shape": tuple(shape)})
-        self._reshaped[result.name] = value
-        return result
+        producer = self.producer(value)
+        if producer is not None and producer.op == "reshape":  # a reshape of a reshape: one reshape of its input
+            return self.reshape(producer.args[0], shape)  # type: ignore[arg-type]
+        return self._add("view", "reshape", (value,), TensorType(tuple(shape), current.dtype),
+                         {"shape": tuple(shape)})
 
     def broadcast(self, value: Ref, shape: tuple[Dim, ...]) -> Ref:
         current = self.type_of(value)

@@ -225,3 +225,36 @@ def test_a_reshape_of_a_reshape_is_one_reshape() -> None:
     assert [(n.inputs, n.type.shape) for n in reshapes] == [(("x",), (2, 24))]
     fresh = torch.randn_like(x)
     torch.testing.assert_close(ex(fresh), fn(fresh))
+
+
+def _attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q and k come in as [batch, tokens, heads * 16]; heads split as in a transformer's attention."""
+    q, k = (t.view(2, 8, 3, 16).transpose(1, 2) for t in (q, k))
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+
+
+def test_a_transposed_operand_of_a_product_is_copied_in_its_own_order() -> None:
+    """aten copies k.transpose(-2, -1) before bmm; the copy keeps k's order (a contiguous read and write) and the
+    product gets a transposed view of it."""
+    q, k = torch.randn(2, 8, 48), torch.randn(2, 8, 48)
+    ex = fl.explore(_attention_scores, q, k)
+    graph = ex.decomposed.graph
+    copies = [n for n in graph.nodes if n.op == "copy" and n.type.shape == (2, 3, 16, 8)]
+    assert not copies, "no copy writes k transposed"
+    (permute,) = [n for n in graph.nodes if n.op == "permute" and graph[n.inputs[0]].op == "copy"]
+    assert permute.param("dims") == (0, 1, 3, 2) and permute.type.shape == (2, 3, 16, 8)
+    fresh = (torch.randn_like(q), torch.randn_like(k))
+    torch.testing.assert_close(ex(*fresh), _attention_scores(*fresh))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda q, k: k.transpose(-2, -1).contiguous(),  # the copy is the output: it stays contiguous
+    lambda q, k: torch.exp(k.transpose(-2, -1).contiguous()) + q.transpose(-2, -1),  # a kernel reads it
+])
+def test_other_copies_of_a_transpose_keep_the_transposed_order(fn: object) -> None:
+    q, k = torch.randn(2, 3, 8, 16), torch.randn(2, 3, 8, 16)
+    ex = fl.explore(fn, q, k)  # type: ignore[arg-type]
+    fresh = (torch.randn_like(q), torch.randn_like(k))
+    got = ex(*fresh)
+    torch.testing.assert_close(got, fn(*fresh))  # type: ignore[operator]
+    assert got.is_contiguous()
