@@ -1,9 +1,9 @@
 """One workload's program built with and without a code-generator change, timed in interleaved rounds on the GPU,
 with each variant's per-kernel GPU times (torch.profiler), so a regression can be pinned to one kernel.
 
-Variants: `current`; `addmm` (an extern addmm keeps its bias unless its users have the product's own shape, as
-before the reshape rule); `libdevice_erf` (tl.erf instead of the preamble's `_erf`). Every variant is checked
-against eager before it is timed.
+Variants: `current`; `libdevice_erf` (tl.erf instead of the preamble's `_erf`); `short_rows_8_warps` (persistent
+reductions over rows of at most 1024 with 8 warps, as before the one-warp rule); `transposed_copy` (a product's
+transposed operand copied in its transposed order). Every variant is checked against eager before it is timed.
 
     python benchmarks/program_variants.py OUT.json [workload]        # default: gpt_block
 """
@@ -24,27 +24,35 @@ import triton
 import triton.testing
 
 import fusionlab as fl
-import fusionlab.matmul_rules as matmul_rules
 import fusionlab.primitives as primitives
+import fusionlab.rules as rules
+import fusionlab.runtime.config as config
 from fusionlab.workloads import get
+
+VARIANTS = ("current", "libdevice_erf", "short_rows_8_warps", "transposed_copy")
 
 
 @contextlib.contextmanager
 def variant(name: str) -> Iterator[None]:
-    saved_site, saved_overrides = matmul_rules._bias_site, dict(primitives.FLOAT32_OVERRIDES)
-    if name == "addmm":
-        def direct_only(b: Any, bias: Any) -> Any:
-            site = saved_site(b, bias)
-            return site if site == tuple(b.expected.shape) else None
-        matmul_rules._bias_site = direct_only  # type: ignore[assignment]
+    saved = (dict(primitives.FLOAT32_OVERRIDES), config._cuda, rules._feeds_products_only)
     if name == "libdevice_erf":
         primitives.FLOAT32_OVERRIDES.clear()
+    if name == "short_rows_8_warps":
+        def eight(shape: Any) -> Any:
+            chosen = saved[1](shape)
+            if shape.persistent and shape.kind == "reduction" and chosen.RBLOCK <= 1024:
+                return config.LaunchConfig(chosen.XBLOCK, chosen.RBLOCK, 8 if chosen.XBLOCK * chosen.RBLOCK >= 2048
+                                           else chosen.num_warps)
+            return chosen
+        config._cuda = eight  # type: ignore[assignment]
+    if name == "transposed_copy":
+        rules._feeds_products_only = lambda node: False  # type: ignore[assignment]
     try:
         yield
     finally:
-        matmul_rules._bias_site = saved_site  # type: ignore[assignment]
         primitives.FLOAT32_OVERRIDES.clear()
-        primitives.FLOAT32_OVERRIDES.update(saved_overrides)
+        primitives.FLOAT32_OVERRIDES.update(saved[0])
+        config._cuda, rules._feeds_products_only = saved[1], saved[2]  # type: ignore[assignment]
 
 
 def kernel_times(run: Any, calls: int = 20) -> dict[str, float]:
@@ -69,8 +77,8 @@ def main(out: str, name: str) -> None:
     runs: dict[str, Any] = {}
     with torch.no_grad():
         expected = fn(*inputs)
-        for label in ("current", "addmm", "libdevice_erf"):
-            with variant(label):
+        for label in VARIANTS:
+            with variant(label):  # launch configs are chosen at the first call: run it inside
                 ex = fl.explore(fn, *inputs)
                 got = ex(*inputs)
             torch.testing.assert_close(got.float(), expected.float(), atol=6e-2, rtol=5e-2)
