@@ -287,3 +287,17 @@ def test_empty_sizes_keep_their_masks() -> None:
     for looped in (False, True):
         ex = fl.explore(lambda x: (x.sum(-1), x.sum(0)), torch.randn(4, 0), looped_reductions=looped)
         torch.testing.assert_close(ex(torch.randn(4, 0)), (torch.zeros(4), torch.zeros(0)))
+
+
+def test_short_rows_take_one_warp_per_program() -> None:
+    """Rows of at most 1024 are reduced by one warp (shuffles, no shared memory between warps), 2048 elements per
+    program; long rows keep several warps per row (docs/PERFORMANCE.md, eighth round)."""
+    import triton
+
+    from fusionlab.runtime.config import KernelShape, choose
+
+    for rnumel, rows in ((1024, 2), (512, 4), (256, 8), (1000, 2)):
+        config = choose(KernelShape("reduction", 65536, rnumel, True, 1), "cuda")
+        assert (config.XBLOCK, config.RBLOCK, config.num_warps) == (rows, triton.next_power_of_2(rnumel), 1)
+    assert choose(KernelShape("reduction", 8192, 8192, True, 1), "cuda").num_warps == 16
+    assert choose(KernelShape("reduction", 8192, 2048, True, 0), "cuda").num_warps == 8
