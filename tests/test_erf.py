@@ -11,7 +11,6 @@ import torch
 import fusionlab as fl
 from fusionlab.codegen.kernel import KERNEL_PREAMBLE
 from fusionlab.runtime.interpreter import build_module, interpreted_standard_library
-from tests.conftest import DEVICES
 
 _KERNEL = KERNEL_PREAMBLE + '''
 
@@ -42,7 +41,6 @@ def _ulps(got: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (got.double() - exact).abs() / spacing.double()
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_erf_within_two_ulps(device: str) -> None:
     generator = torch.Generator().manual_seed(torch.seed() % 2**31)
     x = torch.cat([
@@ -57,7 +55,6 @@ def test_erf_within_two_ulps(device: str) -> None:
     assert errors.max() <= 2.0, f"erf({x[worst].item()!r}) is {errors.max():.2f} ulp off"
 
 
-@pytest.mark.parametrize("device", DEVICES)
 def test_erf_special_values(device: str) -> None:
     x = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1.0, -1.0, 4.0, 10.0, -10.0, math.inf, -math.inf, math.nan],
                      device=device)
@@ -78,7 +75,6 @@ def test_float32_and_half_use_the_preamble_erf_float64_keeps_libdevice() -> None
     assert "tl.erf(" in source and "_erf(" not in source
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_gelu_equals_eager(device: str, dtype: torch.dtype) -> None:
     def gelu_bias(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
