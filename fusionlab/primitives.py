@@ -102,7 +102,7 @@ POINTWISE: dict[str, PointwisePrimitive] = {
 
 # float32 versions (also for half-precision values, computed in float32): float64 keeps libdevice.
 FLOAT32_OVERRIDES: dict[str, str] = {
-    "erf": "_erf({0})",  # the preamble's erf (codegen/kernel.py): no per-element coefficient selects
+    "erf": "_erf({0})",  # the preamble's erf (codegen/preamble.py): no per-element coefficient selects
 }
 
 # Integer versions where Triton's C-style operators differ from PyTorch's Python-style ones.

@@ -1,4 +1,4 @@
-"""Fits the coefficients of `_erf`, the float32 erf in every generated kernel module (codegen/kernel.py).
+"""Fits the coefficients of `_erf`, the float32 erf in every generated kernel module (codegen/preamble.py).
 
 libdevice's erff evaluates one polynomial whose coefficients it picks per element (|x| below or above 1). In a
 Triton kernel each thread holds many elements, so every coefficient becomes a register move and a select per

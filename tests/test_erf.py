@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fusionlab as fl
-from fusionlab.codegen.kernel import KERNEL_PREAMBLE
+from fusionlab.codegen.preamble import KERNEL_PREAMBLE
 from fusionlab.runtime.interpreter import build_module, interpreted_standard_library
 
 _KERNEL = KERNEL_PREAMBLE + '''

@@ -21,8 +21,9 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
-from fusionlab.codegen.kernel import KERNEL_PREAMBLE, KernelSource, KernelWriter
+from fusionlab.codegen.kernel import KernelSource, KernelWriter
 from fusionlab.codegen.matmul import MatmulWriter
+from fusionlab.codegen.preamble import KERNEL_PREAMBLE
 from fusionlab.fusion.fuse import FuseResult, FusionGroup
 from fusionlab.ir import Dim, Graph, Node, Ref, contiguous_strides, product
 from fusionlab.names import Namer, comment
