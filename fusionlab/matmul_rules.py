@@ -85,11 +85,12 @@ def _bias_joins_consumers(b: Builder, bias: Any) -> bool:
     expected = b.expected
     if node is None or not isinstance(bias, Ref) or not isinstance(expected, TensorType) or not node.users:
         return False
-    if b.type_of(bias).dtype != expected.dtype:
+    product = node.meta.get("val")
+    if product is None or b.type_of(bias).dtype != expected.dtype:
         return False
     for user in node.users:
         value = user.meta.get("val") if user.op == "call_function" else None
-        if value is None or _is_view(user.target) or getattr(value, "shape", None) != node.meta["val"].shape:
+        if value is None or _is_view(user.target) or getattr(value, "shape", None) != product.shape:
             return False
         if user.target not in RULES and getattr(user.target, "overloadpacket", None) not in RULES:
             return False

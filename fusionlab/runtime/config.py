@@ -75,18 +75,15 @@ def _cuda(shape: KernelShape) -> LaunchConfig:
         rblock = triton.next_power_of_2(max(shape.rnumel, 1))
         # Enough rows per program to give each warp work, without spilling the row out of registers.
         xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), 2048 // rblock))
-        elements = xblock * rblock
-        # Measured on an H200 (docs/PERFORMANCE.md): at 8192 elements a row with special functions (softmax's exp)
-        # or two outputs wants 16 warps to hide latency; a plain normalisation is faster with 8.
-        large = 16 if shape.heavy else 8
-        warps = large if elements >= 8192 else 8 if elements >= 2048 else 4 if elements >= 512 else 2
         if rblock <= 1024:
             # Short rows: one warp reduces its rows with shuffles alone, no shared-memory round trip between warps.
             # On an H200 (docs/PERFORMANCE.md, eighth round), 2048 elements per one-warp program were at or near
             # the best of 25 configs on four kernels: gpt_block's attention softmax (65536 rows of 1024) 0.073 ms
             # against 0.095 with 8 warps; softmax over 512, layer_norm over 1024 and over 256.
-            warps = 1
-        return LaunchConfig(xblock, rblock, warps)
+            return LaunchConfig(xblock, rblock, 1)
+        # Measured on an H200 (docs/PERFORMANCE.md): at 8192 elements a row with special functions (softmax's exp)
+        # or two outputs wants 16 warps to hide latency; a plain normalisation is faster with 8.
+        return LaunchConfig(xblock, rblock, 16 if shape.heavy and xblock * rblock >= 8192 else 8)
     return LaunchConfig(1, 2048, 8)
 
 

@@ -121,7 +121,7 @@ class MatmulHandle(KernelHandle):
     pinned: MatmulConfig | None = None
     chosen: dict[MatmulShape, MatmulConfig] = field(default_factory=dict)
     tuning: dict[Any, dict[Any, float]] = field(default_factory=dict)  # MatmulShape -> MatmulConfig -> ms
-    # (M, N, K, device index) -> (kernel, grid, warps, stages, constexprs): launches after the first skip all choice
+    # (M, N, K, device index) -> the launch: launches after the first skip all choice and Triton's JIT dispatch
     fast: dict[tuple[int, int, int, int | None], DirectLaunch] = field(default_factory=dict)
 
     def pin(self, config: MatmulConfig | None) -> None:
