@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 
@@ -150,6 +151,8 @@ class Builder:
     def pointwise(self, op: str, *operands: Arg, dtype: torch.dtype | None = None) -> Ref:
         """`op` over broadcast operands, computed in their common dtype; returns a value of `dtype`."""
         primitive = POINTWISE[op]
+        if any(isinstance(o, sympy.Basic) for o in operands):
+            raise RuleNotApplicable("an operand is a symbolic size (a dynamic shape used as a number)")
         if len(operands) != primitive.arity:
             raise RuleNotApplicable(f"{op} takes {primitive.arity} operands, got {len(operands)}")
         data = operands[1:] if op == "where" else operands

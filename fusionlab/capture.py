@@ -11,9 +11,11 @@ every tensor argument is symbolic; all other sizes are fixed at their captured v
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
@@ -76,6 +78,133 @@ class CaptureResult:
     input_spec: pytree.TreeSpec
     symbols: tuple[SymbolBinding, ...]
     module: torch.nn.Module | None
+    state: StateSource = None  # type: ignore[assignment]
+    mutations: tuple[Mutation, ...] = ()
+    guards: tuple[Guard, ...] = ()
+    user_outputs: int = 0  # graph outputs the user's function returns; the mutated values follow them
+    sizes: dict[str, Any] = field(default_factory=dict)  # a size computation's node -> its value (int or sympy)
+    call_flat: Callable[..., list[torch.Tensor]] | None = None  # the user's function on flat graph inputs (eager)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """The function writes graph input `input_index` (a user tensor or a buffer): the program returns the new value
+    as graph output `output_index`, and the caller copies it back into the tensor, as eager would have."""
+
+    input_index: int
+    output_index: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A condition on the dynamic sizes that tracing relied on (`s0 > 4` from `if a.shape[0] > 4:`): the program
+    is only valid where it holds, so every call checks it."""
+
+    expr: sympy.Basic
+    source: str  # the user's line that made tracing rely on it, where it could be found
+
+
+class StateSource:
+    """The tensors a function reads besides its arguments: a module's parameters and buffers, and the modules and
+    tensors a closure refers to (`lambda h: block(h)[0]`). They are graph inputs, read afresh on every call."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.roots: dict[str, torch.nn.Module] = {}
+        self.places: dict[str, tuple[Any, str]] = {}  # closure tensor -> (its cell or globals dict, key)
+        if isinstance(fn, torch.nn.Module):
+            self.roots[""] = fn
+        else:
+            owner = getattr(fn, "__self__", None)
+            if isinstance(owner, torch.nn.Module):
+                self.roots["self"] = owner
+            self._closure(fn)
+        self.fingerprint = self.modes()
+
+    def _closure(self, fn: Callable[..., Any]) -> None:
+        function = getattr(fn, "__func__", fn)
+        if not inspect.isfunction(function):
+            return
+        cells = dict(zip(function.__code__.co_freevars, function.__closure__ or ()))
+        for name, cell in cells.items():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(value, torch.nn.Module):
+                self.roots[name] = value
+            elif isinstance(value, torch.Tensor):
+                self.places[name] = (cell, "cell_contents")
+        for name in _global_names(function.__code__):
+            value = function.__globals__.get(name)
+            if isinstance(value, torch.nn.Module):
+                self.roots.setdefault(name, value)
+            elif isinstance(value, torch.Tensor) and name not in self.places:
+                self.places[name] = (function.__globals__, name)
+
+    def closure_tensor(self, name: str) -> torch.Tensor:
+        container, key = self.places[name]
+        return container[key] if isinstance(container, dict) else getattr(container, key)  # type: ignore[no-any-return]
+
+    def set_closure_tensor(self, name: str, value: torch.Tensor) -> None:
+        container, key = self.places[name]
+        if isinstance(container, dict):
+            container[key] = value
+        else:
+            setattr(container, key, value)
+
+    def _modules(self) -> dict[str, torch.nn.Module]:
+        return {_join(root, name): module for root, top in self.roots.items()
+                for name, module in top.named_modules(remove_duplicate=False)}
+
+    def named(self) -> dict[str, tuple[torch.Tensor, str]]:
+        """Every state tensor by its dotted name, with its kind ("parameter", "buffer" or "closure")."""
+        found: dict[str, tuple[torch.Tensor, str]] = {}
+        for root, module in self.roots.items():
+            for name, param in module.named_parameters():
+                found[_join(root, name)] = (param, "parameter")
+            for name, buffer in module.named_buffers():
+                found[_join(root, name)] = (buffer, "buffer")
+        for name in self.places:
+            found[name] = (self.closure_tensor(name), "closure")
+        return found
+
+    def modes(self) -> tuple[tuple[str, Any], ...]:
+        """What changes a module's program without changing its tensors: `training` and plain attributes
+        (`eps`, `momentum`, `p`, ...)."""
+        items: list[tuple[str, Any]] = []
+        for path, module in self._modules().items():
+            items.append((f"{path or type(module).__name__}.training", module.training))
+            for key, value in vars(module).items():
+                if not key.startswith("_") and isinstance(value, (bool, int, float, str, type(None))):
+                    items.append((f"{path or type(module).__name__}.{key}", value))
+        return tuple(items)
+
+    def check(self) -> None:
+        """Refuse a call after a module's mode or attributes changed: the captured program would be stale."""
+        if not self.roots:
+            return
+        now = self.modes()
+        if now == self.fingerprint:
+            return
+        before = dict(self.fingerprint)
+        changed = [(k, before.get(k, "<absent>"), v) for k, v in now if before.get(k, "<absent>") != v
+                   and not (v != v and before.get(k) != before.get(k))]
+        changed += [(k, v, "<absent>") for k, v in self.fingerprint if k not in dict(now)]
+        if not changed:
+            return
+        key, old, new = changed[0]
+        raise StateChanged(f"{key} was {old!r} when the program was captured and is {new!r} now "
+                           f"({len(changed)} change(s)): the captured graph would compute the old behaviour. "
+                           "Explore again after changing a module's mode (model.train()/model.eval()) or attributes")
+
+
+class StateChanged(ValueError):
+    """A module's mode or a plain attribute changed after capture."""
+
+
+def _join(root: str, name: str) -> str:
+    return f"{root}.{name}" if root and name else (root or name)
 
 
 def _target_name(target: Any) -> str:
@@ -100,18 +229,13 @@ def _signature_names(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
 
 def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
             dynamic: bool = False) -> CaptureResult:
-    """Trace `fn(*args, **kwargs)` to aten ops (functionalized: no in-place ops remain)."""
+    """Trace `fn(*args, **kwargs)` to aten ops, functionalized: writes through views become `*_scatter` ops, and
+    writes to inputs and buffers become values the program returns (`CaptureResult.mutations`)."""
+    source = StateSource(fn)
     module = fn if isinstance(fn, torch.nn.Module) else None
-    state: dict[str, torch.Tensor] = {}
-    state_kinds: dict[str, str] = {}
-    if module is not None:
-        for name, param in module.named_parameters():
-            state[name], state_kinds[name] = param.detach(), "parameter"
-        for name, buffer in module.named_buffers():
-            state[name], state_kinds[name] = buffer, "buffer"
-        call_target: Callable[..., Any] = module.forward
-    else:
-        call_target = fn
+    state = {name: tensor.detach() for name, (tensor, _) in source.named().items()}
+    state_kinds = {name: kind for name, (_, kind) in source.named().items()}
+    call_target: Callable[..., Any] = module.forward if module is not None else fn
 
     leaves, input_spec = pytree.tree_flatten((args, kwargs))
     leaf_names = _signature_names(call_target, args, kwargs)
@@ -123,6 +247,10 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         if leaf is not None and not isinstance(leaf, (bool, int, float, str, torch.dtype, torch.device)):
             raise CaptureError(f"argument {leaf_names[i]!r} is a {type(leaf).__name__}; fusionlab captures "
                                "tensors and Python scalars: pass tensors (or lists of tensors) instead")
+    for i in tensor_positions:
+        _check_layout(leaves[i], leaf_names[i])
+    for name, tensor in state.items():
+        _check_layout(tensor, name)
     if not tensor_positions and not state:
         raise CaptureError("no tensor among the example inputs: pass at least one torch.Tensor")
     state_names = list(state)
@@ -133,10 +261,8 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         for position, tensor in zip(tensor_positions, flat[len(state_names):]):
             all_leaves[position] = tensor
         call_args, call_kwargs = pytree.tree_unflatten(all_leaves, input_spec)
-        if module is not None:
-            result = torch.func.functional_call(module, state_values, call_args, call_kwargs)
-        else:
-            result = fn(*call_args, **call_kwargs)
+        with _substituted(source, state_values):
+            result = call_target(*call_args, **call_kwargs)
         outputs, spec = pytree.tree_flatten(result)
         holder["spec"] = spec
         for i, out in enumerate(outputs):
@@ -148,25 +274,31 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
 
     holder: dict[str, Any] = {}
     example = [*state.values(), *(leaves[i] for i in tensor_positions)]
+    name = getattr(fn, "__name__", type(fn).__name__)
     try:
         with torch.no_grad(), fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
-            # In-place ops stay in the graph (functionalize would lose symbolic sizes); decompose rebinds them.
-            graph_module = make_fx(traced, tracing_mode="symbolic" if dynamic else "fake")(*example)
+            graph_module = make_fx(torch.func.functionalize(traced, remove="mutations"),
+                                   tracing_mode="symbolic" if dynamic else "fake")(*example)
     except CaptureError:
         raise
     except Exception as error:  # noqa: BLE001 - re-raised with context
-        raise CaptureError(f"could not trace {getattr(fn, '__name__', type(fn).__name__)}: "
-                           f"{type(error).__name__}: {error}") from error
+        raise _capture_error(name, error) from error
 
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     kinds = [state_kinds[n] for n in state_names] + ["input"] * len(tensor_positions)
     display = state_names + [leaf_names[i] for i in tensor_positions]
+    user_outputs = sum(1 for t in holder["template"] if t is TENSOR_SLOT)
+    mutations = _returned_mutations(graph_module, placeholders, display, kinds)
     substitution, symbols = _symbol_plan(placeholders, kinds, dynamic)
+    guards = _guards(placeholders, substitution, symbols)
 
     types: dict[str, TensorType] = {}
     multi_types: dict[str, tuple[TensorType | None, ...]] = {}
+    sizes: dict[str, Any] = {}
     for node in graph_module.graph.nodes:
         value = node.meta.get("val")
+        if isinstance(value, (torch.SymInt, torch.SymFloat)):
+            sizes[node.name] = _to_value(value, substitution)
         if isinstance(value, torch.Tensor):
             types[node.name] = _tensor_type(value, substitution)
         elif isinstance(value, (list, tuple)):
@@ -184,7 +316,203 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         for node in graph_module.graph.nodes if node.op == "call_function"
     )
     return CaptureResult(graph_module, inputs, aten_nodes, types, multi_types, holder["spec"],
-                         tuple(holder["template"]), constants, input_spec, symbols, module)
+                         tuple(holder["template"]), constants, input_spec, symbols, module, source, mutations,
+                         guards, user_outputs, sizes, traced)
+
+
+def _check_layout(tensor: torch.Tensor, name: str) -> None:
+    if tensor.layout != torch.strided:
+        raise CaptureError(f"input {name!r} is a {tensor.layout} tensor: fusionlab's kernels read strided (dense) "
+                           f"tensors; pass {name}.to_dense() instead")
+    if tensor.is_quantized or tensor.is_nested:
+        raise CaptureError(f"input {name!r} is a quantized or nested tensor: fusionlab captures dense tensors; "
+                           "dequantize it or pass its dense form")
+
+
+@contextlib.contextmanager
+def _substituted(source: StateSource, values: dict[str, torch.Tensor]) -> Iterator[None]:
+    """Inside the trace, every module the function reads (its own, or one a closure refers to) holds the traced
+    stand-ins for its parameters and buffers, and closure tensors are swapped likewise."""
+    with contextlib.ExitStack() as stack:
+        for root, module in source.roots.items():
+            prefix = f"{root}." if root else ""
+            own = {k[len(prefix):]: v for k, v in values.items()
+                   if (k.startswith(prefix) if prefix else k not in source.places)}
+            stack.enter_context(torch.nn.utils.stateless._reparametrize_module(module, own))
+        saved = {name: source.closure_tensor(name) for name in source.places}
+        try:
+            for name in source.places:
+                source.set_closure_tensor(name, values[name])
+            yield
+        finally:
+            for name, tensor in saved.items():
+                source.set_closure_tensor(name, tensor)
+
+
+def _global_names(code: Any) -> set[str]:
+    """Names a function's code (and the code nested in it) reads as globals."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if inspect.iscode(constant):
+            names |= _global_names(constant)
+    return names
+
+
+def _returned_mutations(graph_module: torch.fx.GraphModule, placeholders: list[torch.fx.Node],
+                        names: list[str], kinds: list[str]) -> tuple[Mutation, ...]:
+    """Functionalization ends the graph with `copy_(input, new_value)` for every input it wrote: those become
+    extra outputs, copied back by the caller (as AOTAutograd does), so the graph itself mutates nothing."""
+    graph = graph_module.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    results = list(output.args[0])
+    position = {node: index for index, node in enumerate(placeholders)}
+    mutations: list[Mutation] = []
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default and node.args[0] in position:
+            target, value = node.args[0], node.args[1]
+            index = position[target]
+            if kinds[index] == "parameter":
+                raise CaptureError(f"the function writes parameter {names[index]!r} in place: fusionlab captures "
+                                   "programs that read parameters; update parameters outside the explored function")
+            if value.meta["val"].shape != target.meta["val"].shape or value.meta["val"].dtype != \
+                    target.meta["val"].dtype:
+                with graph.inserting_before(node):
+                    value = graph.call_function(torch.ops.aten.copy.default, (target, value))
+                    value.meta["val"] = target.meta["val"]
+            mutations.append(Mutation(index, len(results), names[index]))
+            results.append(value)
+            graph.erase_node(node)
+    if mutations:
+        output.args = (type(output.args[0])(results),)
+        graph_module.recompile()
+    return tuple(mutations)
+
+
+def _capture_error(name: str, error: Exception) -> CaptureError:
+    """The trace failed: say where in the user's code and what to do, not only what torch said."""
+    kind = type(error).__name__
+    line = _user_line(error)
+    where = f" at {line}" if line else ""
+    if "DataDependent" in kind or "data-dependent" in str(error):
+        return CaptureError(
+            f"{name} depends on the values inside a tensor{where} (a branch like `if x.sum() > 0`, `.item()`, or an "
+            "op whose output size depends on the data, such as nonzero or boolean indexing): one captured graph "
+            "cannot hold that. Use torch.compile(fn, backend='fusionlab'), which splits the function there and runs "
+            "each part through fusionlab, or compute both branches and pick with torch.where")
+    if "FakeTensor" in str(error) or "allow_non_fake_inputs" in str(error):
+        return CaptureError(f"could not trace {name}: it reads a tensor that is neither an argument nor a parameter "
+                            f"of a module it refers to{where}: pass that tensor as an argument")
+    return CaptureError(f"could not trace {name}{where}: {kind}: {str(error).splitlines()[0] if str(error) else ''}")
+
+
+def _user_line(error: BaseException) -> str:
+    """The last frame of the traceback in the user's code (not torch's or fusionlab's)."""
+    found = ""
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = frame.filename.replace("\\", "/")
+        if "/torch/" in path or "/fusionlab/" in path or "/functorch/" in path or path.startswith("<frozen"):
+            continue
+        found = f"{path}:{frame.lineno}" + (f" `{frame.line.strip()}`" if frame.line else "")
+    return found
+
+
+def _guards(placeholders: list[torch.fx.Node], plan: dict[sympy.Symbol, Any],
+            symbols: tuple[SymbolBinding, ...]) -> tuple[Guard, ...]:
+    """The size conditions tracing assumed, over the kept symbols (s0, s1, ...); trivially true ones dropped."""
+    if not symbols:
+        return ()
+    shape_env = None
+    for node in placeholders:
+        for size in node.meta["val"].shape:
+            if isinstance(size, torch.SymInt):
+                shape_env = size.node.shape_env
+    if shape_env is None:
+        return ()
+    kept = {b.symbol for b in symbols}
+    found: list[Guard] = []
+    for guard in shape_env.guards:
+        expr = sympy.sympify(guard.expr).xreplace(plan)
+        if expr in (sympy.true, True) or not (expr.free_symbols & kept):
+            continue
+        found.append(Guard(expr, _guard_line(guard)))
+    # A symbol specialised to a value (`if a.shape[0] == 4`) is replaced, not guarded: keep it as a guard too.
+    for symbol, replacement in getattr(shape_env, "replacements", {}).items():
+        renamed = plan.get(symbol)
+        if isinstance(renamed, sympy.Symbol) and renamed in kept:
+            value = sympy.sympify(replacement).xreplace(plan)
+            if value != renamed:
+                found.append(Guard(sympy.Eq(renamed, value), ""))
+    return tuple(found)
+
+
+def _guard_line(guard: Any) -> str:
+    sloc = getattr(guard, "sloc", None)
+    for attribute in ("maybe_user_loc", "framework_loc"):
+        location = getattr(sloc, attribute, None)
+        if isinstance(location, traceback.FrameSummary):
+            return f"{location.filename}:{location.lineno}" + (f" `{location.line.strip()}`" if location.line else "")
+        if location:
+            return str(location)
+    return ""
+
+
+_RELATIONS = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}
+
+
+def _condition_text(expr: sympy.Basic) -> str:
+    """`Eq(a.shape[0], 4)` -> `a.shape[0] == 4`."""
+    for relation, symbol in _RELATIONS.items():
+        if isinstance(expr, relation):
+            return f"{expr.args[0]} {symbol} {expr.args[1]}"
+    return str(expr)
+
+
+def flatten_call(captured: CaptureResult, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """User arguments -> the graph's tensor inputs (state first), checking the specialised scalars and the modules'
+    modes."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    if spec != captured.input_spec:
+        expected_args, expected_kwargs = pytree.tree_unflatten([None] * captured.input_spec.num_leaves,
+                                                               captured.input_spec)
+        raise TypeError(f"called with {len(args)} positional argument(s) and keywords {sorted(kwargs)} holding "
+                        f"{len(leaves)} values; the example inputs were {len(expected_args)} positional argument(s) "
+                        f"and keywords {sorted(expected_kwargs)} holding {captured.input_spec.num_leaves} values: pass "
+                        "arguments the way the example inputs were passed (or explore again)")
+    for position, expected in captured.constant_leaves:
+        value = leaves[position]
+        same_nan = isinstance(value, float) and isinstance(expected, float) and value != value and expected != expected
+        if not same_nan and (type(value) is not type(expected) or value != expected):
+            raise ValueError(f"argument {position} was {expected!r} at capture and is {value!r} now: "
+                             "Python scalars are specialised into the graph; explore again with the new value")
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    source = captured.state
+    if source is not None and (source.roots or source.places):
+        source.check()
+        named = source.named()
+        tensors = [named[spec.name][0].detach() for spec in captured.inputs if spec.kind != "input"] + tensors
+    return tensors
+
+
+class GuardFailed(ValueError):
+    """A call's sizes break a condition the captured program relies on."""
+
+
+def check_guards(captured: CaptureResult, tensors: Sequence[torch.Tensor]) -> None:
+    """Every size condition tracing relied on must hold for this call's sizes."""
+    if not captured.guards:
+        return
+    values = {b.symbol: int(tensors[b.input_index].shape[b.dim]) for b in captured.symbols}
+    for guard in captured.guards:
+        if bool(guard.expr.xreplace(values)):
+            continue
+        names = {b.symbol: sympy.Symbol(f"{captured.inputs[b.input_index].name}.shape[{b.dim}]")
+                 for b in captured.symbols}
+        condition = _condition_text(guard.expr.xreplace(names))
+        sizes = ", ".join(f"{names[symbol]} = {value}" for symbol, value in values.items())
+        where = f" (from {guard.source})" if guard.source else ""
+        raise GuardFailed(f"the program was captured under the condition {condition}{where}, which does not hold "
+                          f"for this call ({sizes}): the function takes another path at these sizes. Explore again "
+                          "with inputs of these sizes")
 
 
 def _symbol_plan(placeholders: list[torch.fx.Node], kinds: list[str],
@@ -200,6 +528,8 @@ def _symbol_plan(placeholders: list[torch.fx.Node], kinds: list[str],
             if isinstance(size, torch.SymInt):
                 shape_env = size.node.shape_env
                 expr = size.node.expr
+                if expr.is_number:  # specialised by the function (`if a.shape[0] == 4`): keep it to say so
+                    expr = getattr(size.node, "_expr", expr)
                 if dim == 0 and kind == "input" and isinstance(expr, sympy.Symbol) and expr not in kept:
                     kept[expr] = SymbolBinding(expr, index, 0, int(size.node.hint))
     if shape_env is None:
@@ -226,6 +556,14 @@ def _to_dim(size: Any, plan: dict[sympy.Symbol, Any]) -> Dim:
         expr = sympy.sympify(size.node.expr).xreplace(plan)
         return int(expr) if isinstance(expr, int) or expr.is_number else expr
     return int(size)
+
+
+def _to_value(size: torch.SymInt | torch.SymFloat, plan: dict[sympy.Symbol, Any]) -> Any:
+    """A size computation's value: a Python number, or a sympy expression over the kept symbols."""
+    expr = sympy.sympify(size.node.expr).xreplace(plan)
+    if expr.is_number:
+        return int(expr) if isinstance(size, torch.SymInt) else float(expr)
+    return expr
 
 
 def _tensor_type(value: torch.Tensor, plan: dict[sympy.Symbol, Any]) -> TensorType:

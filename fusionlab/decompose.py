@@ -27,6 +27,7 @@ from fusionlab.rules import RULES
 class DecomposeResult:
     graph: Graph
     fallbacks: tuple[tuple[str, str], ...]  # (aten node, reason it runs as an extern op)
+    values: tuple[tuple[str, str], ...] = ()  # (aten node, the IR value holding its result), in program order
 
 
 def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> DecomposeResult:
@@ -38,6 +39,7 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
     fallbacks: list[tuple[str, str]] = []
     inputs: list[str] = []
     outputs: list[str] = []
+    values: list[tuple[str, str]] = []
     display = {spec.placeholder: sanitize(spec.name) for spec in captured.inputs}
     for fx_node in captured.graph_module.graph.nodes:
         if fx_node.op == "placeholder":
@@ -56,12 +58,18 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
         elif fx_node.op == "call_function":
             _refuse_data_dependent(fx_node, captured)
             sizes = captured.multi_types.get(fx_node.name)
+            if fx_node.name in captured.sizes:  # a size computation (`a.shape[0] * 2`): its value or expression
+                env[fx_node.name] = captured.sizes[fx_node.name]
+                continue
             if (fx_node.name not in captured.types and sizes is None) or (sizes is not None and not any(sizes)):
-                env[fx_node.name] = None  # a size computation: shapes come from the types, not from these
+                env[fx_node.name] = None  # nothing a later node can use (a symbolic bool, an assertion)
                 continue
             env[fx_node.name] = _apply(builder, table, fx_node, env, captured, fallbacks)
+        if isinstance(env.get(fx_node.name), Ref):
+            values.append((fx_node.name, env[fx_node.name].name))
     hints = tuple((b.symbol, b.captured_value) for b in captured.symbols)
-    return DecomposeResult(Graph(tuple(inputs), _live(nodes, outputs), tuple(outputs), hints), tuple(fallbacks))
+    return DecomposeResult(Graph(tuple(inputs), _live(nodes, outputs), tuple(outputs), hints), tuple(fallbacks),
+                           tuple(values))
 
 
 def _refuse_data_dependent(fx_node: torch.fx.Node, captured: CaptureResult) -> None:
