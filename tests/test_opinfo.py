@@ -15,6 +15,12 @@ A sample ends in one of four ways:
 - failed: anything else. Each op's test fails on any failed sample.
 
 The per-op and overall pass rates are printed at the end of the session (tests/conftest.py).
+
+Variants (test_opinfo_variants): the same ops' `sample_inputs` in bfloat16 and float16 (compared to eager in that
+dtype with fusionlab.verify.TOLERANCES: eager rounds every intermediate, a fused kernel keeps float32), and the
+in-place variant (`op.inplace_variant`, float32: the output and the written input both match eager's, run on
+separate clones). The default run takes a deterministic sample of each (VARIANT_SAMPLES per op, spread over the
+sample list); `pytest -m fuzz` runs them all (test_opinfo_variants_full). Pass rates per variant are printed.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ import torch.utils._pytree as pytree
 
 import fusionlab as fl
 from fusionlab.rules import RULES
+from fusionlab.verify import TOLERANCES
+from tests.fuzz import skip_unless_asked
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -43,6 +51,9 @@ MAX_SAMPLES = 200
 # The overall share of samples that must pass (refused and failed count against it); see test_overall_pass_rate.
 MIN_PASS_RATE = 0.99
 REFUSALS = ("reads a number out of tensor", "data-dependent output shape")
+# Variants beyond float32 (test_opinfo_variants): samples per op in the default run, taken evenly from the list.
+VARIANTS = ("bfloat16", "float16", "inplace")
+VARIANT_SAMPLES = 3
 
 # OpInfos built only from ops with rules (views, casts, norms, masked reductions, reflected operators, ...).
 # Found by capturing each OpInfo's first float32 sample; random ops (dropout) are left out: eager and fused runs
@@ -104,19 +115,24 @@ def as_function(op: Any, sample: Any) -> tuple[Callable[..., Any], tuple[torch.T
     return function, tensors
 
 
-def run_sample(op: Any, sample: Any, policy: str) -> tuple[str, str]:
-    """("passed" | "refused" | "not applicable" | "failed", detail)."""
-    function, tensors = as_function(op, sample)
+def run_sample(op: Any, sample: Any, policy: str, variant: str = "float32") -> tuple[str, str]:
+    """("passed" | "refused" | "not applicable" | "failed", detail). `variant` "inplace" runs
+    `op.inplace_variant` on clones (eager's and fusionlab's) and compares the written inputs too; "bfloat16" and
+    "float16" samples are compared with fusionlab.verify.TOLERANCES."""
+    function, tensors = as_function(op.inplace_variant if variant == "inplace" else op, sample)
+    clones = (lambda: tuple(t.clone() for t in tensors)) if variant == "inplace" else (lambda: tensors)
+    eager_inputs = clones()
     try:
         with torch.no_grad():
-            expected = function(*tensors)
+            expected = function(*eager_inputs)
     except Exception as error:  # noqa: BLE001 - eager's own refusal
         return "not applicable", f"eager raises {type(error).__name__}"
     leaves = pytree.tree_leaves(expected)
     if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
         return "not applicable", f"eager returns {type(expected).__name__}"
+    fused_inputs = clones()
     try:
-        actual = fl.explore(function, *tensors, policy=policy)(*tensors)
+        actual = fl.explore(function, *clones(), policy=policy)(*fused_inputs)
     except fl.CaptureError as error:
         if any(reason in str(error) for reason in REFUSALS):
             return "refused", str(error)
@@ -125,7 +141,16 @@ def run_sample(op: Any, sample: Any, policy: str) -> tuple[str, str]:
         return "failed", f"{type(error).__name__}: {error}"
     try:
         assert pytree.tree_structure(actual) == pytree.tree_structure(expected), "output structure differs"
-        torch.testing.assert_close(actual, expected, equal_nan=True)
+        if variant in ("bfloat16", "float16"):
+            atol, rtol = TOLERANCES[getattr(torch, variant)]
+            for want, got in zip(leaves, pytree.tree_leaves(actual)):
+                exact = not want.dtype.is_floating_point  # integer and bool results (argmax, comparisons)
+                torch.testing.assert_close(got, want, equal_nan=True, atol=0 if exact else atol,
+                                           rtol=0 if exact else rtol)
+        else:
+            torch.testing.assert_close(actual, expected, equal_nan=True)
+        if variant == "inplace":
+            torch.testing.assert_close(fused_inputs, eager_inputs, equal_nan=True, msg=lambda m: f"inputs after: {m}")
     except AssertionError as error:
         return "failed", str(error)
     return "passed", ""
@@ -155,6 +180,55 @@ def test_opinfo_samples(op: Any, request: pytest.FixtureRequest) -> None:
     RESULTS[full_name(op)] = counts
     request.node.user_properties.append(("opinfo", (full_name(op), dict(counts))))
     assert not failures, f"{full_name(op)}: {len(failures)} samples differ from eager:\n" + "\n".join(failures[:8])
+
+
+def variant_ops(variant: str) -> list[Any]:
+    if variant == "inplace":
+        return [op for op in CLAIMED if op.inplace_variant is not None]
+    dtype = getattr(torch, variant)
+    return [op for op in CLAIMED if dtype in op.supported_dtypes("cpu")]
+
+
+def variant_samples(op: Any, variant: str, limit: int | None) -> list[Any]:
+    """The variant's `sample_inputs`, or `limit` of them spread evenly over the list (the same ones every run)."""
+    dtype = torch.float32 if variant == "inplace" else getattr(torch, variant)
+    generated = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:MAX_SAMPLES]
+    if limit is None or len(generated) <= limit:
+        return generated
+    return [generated[i * len(generated) // limit] for i in range(limit)]
+
+
+def check_variant(op: Any, variant: str, limit: int | None, request: pytest.FixtureRequest) -> None:
+    counts: Counter[str] = Counter()
+    failures: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for sample in variant_samples(op, variant, limit):
+            outcome, detail = run_sample(op, sample, "default", variant)
+            counts[outcome] += 1
+            if outcome == "failed":
+                failures.append(f"{sample.summary() if hasattr(sample, 'summary') else sample!r}\n"
+                                f"    {detail.splitlines()[0] if detail else ''}")
+    request.node.user_properties.append(("opinfo-variant", (variant, full_name(op), dict(counts))))
+    assert not failures, (f"{full_name(op)} ({variant}): {len(failures)} samples differ from eager:\n"
+                          + "\n".join(failures[:8]))
+
+
+VARIANT_CASES = [pytest.param(op, variant, id=f"{variant}-{full_name(op)}")
+                 for variant in VARIANTS for op in variant_ops(variant)]
+
+
+@pytest.mark.parametrize(("op", "variant"), VARIANT_CASES)
+def test_opinfo_variants(op: Any, variant: str, request: pytest.FixtureRequest) -> None:
+    """A deterministic sample of the half-precision and in-place samples (the full set: -m fuzz)."""
+    check_variant(op, variant, VARIANT_SAMPLES, request)
+
+
+@pytest.mark.fuzz
+@pytest.mark.parametrize(("op", "variant"), VARIANT_CASES)
+def test_opinfo_variants_full(op: Any, variant: str, request: pytest.FixtureRequest) -> None:
+    skip_unless_asked(request.config)
+    check_variant(op, variant, None, request)
 
 
 def test_overall_pass_rate() -> None:

@@ -1,0 +1,172 @@
+"""Run a program through fusionlab and through eager PyTorch, and say how it ended.
+
+    >>> result = run(generate(7), "explore")
+    >>> result.outcome in ("pass", "refused", "wrong", "crashed")
+    True
+
+Outcomes:
+- pass: every output and every input after the call equal eager's (per-dtype tolerance of fusionlab.verify,
+  exact for bool and integer tensors; NaN where eager has NaN) at every call size;
+- refused: fusionlab raised a clear refusal (see `is_clear_refusal`);
+- wrong: fusionlab returned, and a number, shape, dtype or an input written in place differs from eager;
+- crashed: any other exception (torch internals, IndexError, AttributeError, a vague "could not trace" wrapper).
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import traceback
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+import fusionlab as fl
+from fusionlab.verify import TOLERANCES
+from tests.fuzz.program import Program
+
+OUTCOMES = ("pass", "refused", "wrong", "crashed")
+CLEAR_BASES = (ValueError, TypeError, NotImplementedError)
+# fusionlab's fallback when a trace fails for a reason it does not recognise: it names torch's exception, not what
+# the user should do, so it counts as an unclear error (a crash), not a refusal.
+GENERIC_WRAP = re.compile(r"could not trace \S+( at [^:]+:\d+[^:]*)?: (\w+): ")
+
+
+@dataclass(frozen=True)
+class Result:
+    runner: str
+    outcome: str
+    detail: str = ""
+    signature: str = ""  # what makes two failures the same failure (exception type and place, or output kind)
+
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """The exception and what it wraps (`__cause__`, Dynamo's `inner_exception`), outermost first."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = getattr(current, "inner_exception", None) or current.__cause__
+
+
+def is_clear_refusal(error: BaseException) -> bool:
+    """A refusal is acceptable when fusionlab itself says no, in words:
+    - an exception whose class is defined in a fusionlab module and derives from ValueError, TypeError or
+      NotImplementedError (CaptureError, InputMismatch, GuardFailed, FusionError, ...), except the generic
+      "could not trace f: SomeTorchError: ..." wrapper; or
+    - a plain ValueError/TypeError/NotImplementedError raised by a `raise` statement in fusionlab's own code
+      (not a Python error from a bug there, such as `None + 1`)."""
+    for cause in causes(error):
+        if not isinstance(cause, CLEAR_BASES):
+            continue
+        if type(cause).__module__.startswith("fusionlab"):
+            return not GENERIC_WRAP.search(str(cause))
+        frames = traceback.extract_tb(cause.__traceback__)
+        if frames and "/fusionlab/" in frames[-1].filename.replace("\\", "/"):
+            line = frames[-1].line or linecache.getline(frames[-1].filename, frames[-1].lineno or 0)
+            if line.strip().startswith("raise"):
+                return True
+    return False
+
+
+def signature_of(error: BaseException) -> str:
+    """Exception type, its innermost frame in fusionlab or torch, and the message with numbers and names blurred."""
+    innermost = list(causes(error))[-1]
+    frames = traceback.extract_tb(innermost.__traceback__)
+    place = ""
+    for frame in reversed(frames):
+        path = frame.filename.replace("\\", "/")
+        if "/fusionlab/" in path or "/torch/" in path or "/triton/" in path:
+            place = f"{path.split('/site-packages/')[-1].split('/main/')[-1]}:{frame.name}"
+            break
+    message = str(innermost).splitlines()[0] if str(innermost) else ""
+    message = re.sub(r"\b(t\d+|s\d+|u\d+|[abci])\b", "X", message)
+    message = re.sub(r"\d+", "#", message)[:120]
+    return f"{type(innermost).__name__} @ {place}: {message}"
+
+
+def compare(label: str, want: Sequence[Any], got: Sequence[Any]) -> str:
+    """"" when equal within tolerance, else what differs."""
+    if len(want) != len(got):
+        return f"{label}: eager has {len(want)} tensors, fusionlab {len(got)}"
+    for index, (w, g) in enumerate(zip(want, got)):
+        if not isinstance(g, torch.Tensor):
+            return f"{label} {index}: fusionlab returned {type(g).__name__}"
+        if w.shape != g.shape or w.dtype != g.dtype:
+            return f"{label} {index}: eager {w.dtype}{list(w.shape)}, fusionlab {g.dtype}{list(g.shape)}"
+        if w.numel() == 0:
+            continue
+        a, b = w.detach().double(), g.detach().double()
+        atol, rtol = TOLERANCES.get(w.dtype, (0.0, 0.0))
+        both_nan = a.isnan() & b.isnan()
+        close = (a == b) | both_nan | ((a - b).abs() <= atol + rtol * a.abs())
+        if not bool(close.all()):
+            bad = (~close).nonzero()[0].tolist()
+            diff = (a - b).abs().nan_to_num(float("inf"))[~close].max()
+            return (f"{label} {index} ({str(w.dtype).removeprefix('torch.')}{list(w.shape)}): {int((~close).sum())} of "
+                    f"{w.numel()} differ, max abs error {float(diff):.4g}; at {bad} eager {a[tuple(bad)].item():.6g} "
+                    f"fusionlab {b[tuple(bad)].item():.6g}")
+    return ""
+
+
+def _failed(runner: str, stage: str, error: BaseException) -> Result:
+    if is_clear_refusal(error):
+        cause = next(c for c in causes(error) if isinstance(c, CLEAR_BASES))
+        return Result(runner, "refused", f"{stage}: {type(cause).__name__}: {str(cause).splitlines()[0][:300]}",
+                      type(cause).__name__)
+    detail = "".join(traceback.format_exception(error)[-12:])
+    return Result(runner, "crashed", f"{stage}: {type(error).__name__}: {str(error)[:2000]}\n{detail}",
+                  f"{stage}: {signature_of(error)}")
+
+
+def run(program: Program, runner: str) -> Result:
+    """`runner` is "explore" (fl.explore, then calls at every size) or "compile" (torch.compile, backend
+    "fusionlab")."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return _run(program, runner)
+        finally:
+            if runner == "compile":
+                torch._dynamo.reset()
+
+
+def _run(program: Program, runner: str) -> Result:
+    fn = program.function()
+    sets = program.size_sets
+    if runner == "explore":
+        try:
+            ex = fl.explore(fn, *program.make_inputs(sets[0]), dynamic=program.dynamic)
+            ex.captured  # noqa: B018 - the capture stage, on its own, for the error's stage
+        except Exception as error:  # noqa: BLE001 - classified
+            return _failed(runner, "capture", error)
+        call: Any = ex
+        order = sets[1:] + sets[:1]  # captured at one size, called first at another
+    else:
+        call = torch.compile(fn, backend="fusionlab", dynamic=True if program.dynamic else None)
+        order = sets
+    for number, sizes in enumerate(order):
+        want_inputs, got_inputs = program.make_inputs(sizes), program.make_inputs(sizes)
+        want = fn(*want_inputs)
+        try:
+            got = call(*got_inputs)
+        except Exception as error:  # noqa: BLE001 - classified
+            return _failed(runner, "first call" if number == 0 else f"call {number + 1}", error)
+        where = f" (call {number + 1}, sizes {sizes})" if len(sets) > 1 else ""
+        got_leaves = pytree.tree_leaves(got) if isinstance(got, (tuple, list)) else [got]
+        difference = compare("output", pytree.tree_leaves(want), got_leaves) or compare(
+            "input after the call", want_inputs, got_inputs)
+        if difference:
+            kind = "input" if difference.startswith("input") else "output"
+            mismatch = "shape/dtype" if "fusionlab torch." in difference or "tensors" in difference else "values"
+            return Result(runner, "wrong", difference + where, f"{kind} {mismatch}")
+    return Result(runner, "pass")
+
+
+def run_all(program: Program) -> list[Result]:
+    return [run(program, runner) for runner in program.runners]
