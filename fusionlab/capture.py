@@ -276,7 +276,7 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     example = [*state.values(), *(leaves[i] for i in tensor_positions)]
     name = getattr(fn, "__name__", type(fn).__name__)
     try:
-        with torch.no_grad(), fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
+        with torch.no_grad(), fx_config.patch(use_duck_shape=False), _compiling():  # type: ignore[attr-defined]
             graph_module = make_fx(torch.func.functionalize(traced, remove="mutations"),
                                    tracing_mode="symbolic" if dynamic else "fake")(*example)
     except CaptureError:
@@ -327,6 +327,21 @@ def _check_layout(tensor: torch.Tensor, name: str) -> None:
     if tensor.is_quantized or tensor.is_nested:
         raise CaptureError(f"input {name!r} is a quantized or nested tensor: fusionlab captures dense tensors; "
                            "dequantize it or pass its dense form")
+
+
+@contextlib.contextmanager
+def _compiling() -> Iterator[None]:
+    """Libraries take their tracing-friendly paths where `torch.compiler.is_compiling()` says so (transformers skips
+    data-dependent mask checks): capture is compiling, as torch.export's tracing is."""
+    previous = getattr(torch.compiler, "_is_compiling_flag", None)
+    if previous is None:
+        yield
+        return
+    torch.compiler._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = previous
 
 
 @contextlib.contextmanager
