@@ -24,9 +24,7 @@ from fusionlab.decompose import decompose
 from fusionlab.fusion.fuse import FuseResult, fuse
 from fusionlab.fusion.policy import Policy, resolve_policy
 from fusionlab.matmul_rules import decomposition_rules
-from fusionlab.runtime.interpreter import triton
-from fusionlab.runtime.launch import KernelHandle, LaunchRecorder, empty
-from fusionlab.runtime.matmul import handle_for
+from fusionlab.runtime.runnable import Runnable
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated
 from fusionlab.verify import VerifyReport, check_inputs, random_like_inputs, verify_outputs
 
@@ -107,19 +105,8 @@ class Exploration:
     def compiled(self) -> Compiled:
         generated = self.generated
         start = time.perf_counter()
-        handles = tuple(handle_for(k, generated.kernel_module(k), self.autotune) for k in generated.kernels)
-        namespace: dict[str, Any] = {"torch": torch, "empty": empty, "triton": triton}
-        namespace.update(generated.program.namespace_constants)
-        for handle in handles:
-            namespace[handle.name] = handle
-        namespace["launch"] = _launch
-        code = compile(generated.wrapper, "<fusionlab program>", "exec")
-        exec(code, namespace)  # noqa: S102 - our own generated source
-        recorder = LaunchRecorder()
-        dry = dict(namespace, launch=recorder)
-        exec(code, dry)  # noqa: S102 - the same program, launches recorded (compiled in parallel on first use)
-        return Compiled(namespace["fusionlab_program"], handles, generated, time.perf_counter() - start,
-                        dry_run=dry["fusionlab_program"], recorder=recorder)
+        runnable = Runnable(generated.program, self.autotune)
+        return Compiled(runnable, generated, time.perf_counter() - start)
 
     # -- running --------------------------------------------------------------------------------
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
@@ -193,10 +180,6 @@ class Exploration:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(page)
         return page
-
-
-def _launch(handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> None:
-    handle.launch(*args, xnumel=xnumel, rnumel=rnumel)
 
 
 def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy = "default",

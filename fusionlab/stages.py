@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import html
 import re
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,7 +21,8 @@ from fusionlab.codegen.program import KERNEL_PREAMBLE, Program
 from fusionlab.fusion.fuse import FusionDecision, FusionGroup
 from fusionlab.ir import Graph
 from fusionlab.names import comment
-from fusionlab.runtime.launch import KernelHandle, compile_in_parallel
+from fusionlab.runtime.launch import KernelHandle
+from fusionlab.runtime.runnable import LaunchRecord, Runnable
 
 
 def _html(stage: Any) -> str:
@@ -228,46 +228,35 @@ class CompiledKernelInfo:
 
 
 def _tuning(handle: KernelHandle) -> tuple[tuple[str, float], ...]:
-    rows = [(c.describe() if hasattr(c, "describe") else f"XBLOCK={c.XBLOCK} RBLOCK={c.RBLOCK} warps={c.num_warps}", ms)
-            for timings in handle.tuning.values() for c, ms in timings.items()]
+    rows = [(c.describe(), ms) for timings in handle.tuning.values() for c, ms in timings.items()]
     return tuple(sorted(rows, key=lambda row: row[1]))
 
 
 @dataclass(frozen=True, repr=False)
 class Compiled(_Stage):
-    """The runnable program: `compiled(*graph_inputs)` launches the kernels (Triton JIT on CUDA, interpreter on CPU)."""
+    """The runnable program: `compiled(*graph_inputs)` launches the kernels (Triton JIT on CUDA, interpreter on CPU).
 
-    function: Any
-    handles: tuple[KernelHandle, ...]
+    It describes the program; `runnable` (runtime/runnable.py) holds its kernel handles and runs it.
+    `compiled.record_launches(*graph_inputs)` lists the launches a call would make, without making them."""
+
+    runnable: Runnable
     previous: Generated
     seconds: float = 0.0
-    launches: list[int] = field(default_factory=lambda: [0])
-    dry_run: Any = None  # the program with launches recorded instead of run (see prepare)
-    recorder: Any = None
-    prepared: set[str] = field(default_factory=set)
-    compile_workers: str = "processes"  # or "threads": how prepare compiles the kernels at once
-
-    def prepare(self, *tensors: torch.Tensor) -> None:
-        """Before the first CUDA call: a dry run lists the launches, then all kernels compile at once."""
-        device = next((t.device for t in tensors if isinstance(t, torch.Tensor)), None)
-        if device is None or device.type != "cuda" or str(device) in self.prepared or self.dry_run is None:
-            return
-        self.prepared.add(str(device))
-        if any(h.autotune for h in self.handles):
-            return  # the autotuner compiles its candidates itself
-        self.recorder.records.clear()
-        try:
-            self.dry_run(*tensors)
-            compile_in_parallel(self.recorder.records, self.compile_workers)
-        except Exception as error:  # noqa: BLE001 - an optimisation only: kernels then compile at first launch
-            warnings.warn(f"compiling the kernels in parallel failed ({type(error).__name__}: {error}); they "
-                          "compile one by one at their first launch instead", RuntimeWarning, stacklevel=2)
 
     def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        self.prepare(*tensors)
-        result = self.function(*tensors)
-        self.launches[0] += 1
-        return result
+        return self.runnable(*tensors)
+
+    def record_launches(self, *tensors: torch.Tensor) -> list[LaunchRecord]:
+        return self.runnable.record_launches(*tensors)
+
+    @property
+    def function(self) -> Any:
+        """The wrapper program itself: calls it makes skip `prepare` (kernels compile at their first launch)."""
+        return self.runnable.function
+
+    @property
+    def handles(self) -> tuple[KernelHandle, ...]:
+        return self.runnable.handles
 
     @property
     def launches_per_call(self) -> int:

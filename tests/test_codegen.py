@@ -273,16 +273,14 @@ def test_interpreted_runs_leave_triton_language_unchanged() -> None:
 def test_empty_sizes_keep_their_masks() -> None:
     """A size of 0 divides every block, but no index is in bounds then: the launch must keep the mask (without it
     the interpreter reads out of bounds and crashes the process)."""
-    from fusionlab.runtime.config import KernelShape, LaunchConfig
-    from fusionlab.runtime.launch import KernelHandle
+    from fusionlab.runtime.config import BlockConfig, KernelShape
 
-    handle = KernelHandle("k", "reduction", "", persistent=True)
-    config = LaunchConfig(4, 8, 1)
-    assert handle._meta(config, KernelShape("reduction", 8, 8, True))[1] == {
+    config = BlockConfig(4, 8, 1)
+    assert config.meta(KernelShape("reduction", 8, 8, True)) == {
         "XBLOCK": 4, "RBLOCK": 8, "EVEN_X": True, "EVEN_R": True}
-    _, meta = handle._meta(config, KernelShape("reduction", 8, 0, True))
+    meta = config.meta(KernelShape("reduction", 8, 0, True))
     assert meta["EVEN_X"] and not meta["EVEN_R"]
-    _, meta = handle._meta(config, KernelShape("reduction", 0, 8, True))
+    meta = config.meta(KernelShape("reduction", 0, 8, True))
     assert not meta["EVEN_X"] and meta["EVEN_R"]
     for looped in (False, True):
         ex = fl.explore(lambda x: (x.sum(-1), x.sum(0)), torch.randn(4, 0), looped_reductions=looped)

@@ -24,7 +24,7 @@ import fusionlab as fl
 import fusionlab.runtime.compile_pool as compile_pool
 from fusionlab.runtime.compile_pool import KernelCompileError, compile_all
 from fusionlab.runtime.interpreter import build_module
-from fusionlab.runtime.launch import compile_in_parallel
+from fusionlab.runtime.runnable import compile_in_parallel
 from fusionlab.runtime.targets import H200_TARGET, stand_in_gpu
 
 
@@ -59,10 +59,7 @@ def compiles_in_this_process() -> Iterator[list[str]]:
 
 
 def recorded_launches(ex: fl.Exploration, *inputs: torch.Tensor) -> list[Any]:
-    compiled = ex.compiled
-    compiled.recorder.records.clear()
-    compiled.dry_run(*inputs)
-    return list(compiled.recorder.records)
+    return list(ex.compiled.record_launches(*inputs))
 
 
 def gpt_like_program() -> tuple[fl.Exploration, tuple[torch.Tensor, ...]]:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import fusionlab as fl
-from fusionlab.runtime.matmul import MatmulConfig, MatmulHandle, MatmulShape, choose_matmul, matmul_candidates
+from fusionlab.runtime.matmul import MatmulConfig, MatmulShape, choose_matmul, matmul_candidates
 from tests.cases import CASES, Case, find
 from tests.test_cases import assert_matches
 
@@ -188,7 +188,7 @@ def test_interpreter_launch_records_its_config() -> None:
     args, _ = find("linear_gelu_mm").make_inputs("cpu")
     ex(*args)
     (handle,) = ex.compiled.handles
-    assert isinstance(handle, MatmulHandle)
+    assert isinstance(handle.last_config, MatmulConfig)
     (info,) = ex.compiled.kernels
     assert info.backends == ("interpreter",) and info.config["BLOCK_K"] == 32
 

@@ -19,6 +19,7 @@ import torch
 
 from fusionlab.builder import compute_dtype
 from fusionlab.codegen import welford
+from fusionlab.codegen.kinds import KernelKind, kernel_kind
 from fusionlab.fusion.domain import Domain, alignment, non_unit
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Node, Ref, static_value
@@ -63,7 +64,7 @@ class KernelArgument:
 class KernelSource:
     name: str
     group: str
-    kind: str  # "pointwise" | "tiled" (pointwise over a 2-D tile) | "reduction" | "outer_reduction"
+    kind: KernelKind
     source: str
     arguments: tuple[KernelArgument, ...]
     persistent: bool
@@ -103,6 +104,8 @@ class _Scope:
 
 class KernelWriter:
     """Writes one kernel; `contiguous` names the inputs known to be laid out densely in row-major order."""
+
+    x_block = "XBLOCK"  # the rows' block (a matmul's epilogue walks BLOCK_M rows)
 
     def __init__(self, graph: Graph, group: FusionGroup, name: str, contiguous: set[str],
                  force_looped: bool = False, tile_pointwise: bool = True) -> None:
@@ -292,7 +295,7 @@ class KernelWriter:
         if mask is None:
             # One element for the whole block: make it a block, as Triton's scalars and blocks mix unevenly
             # (the interpreter cannot `&` a scalar comparison with a block one).
-            load = f"tl.broadcast_to({load}, {'[XBLOCK, 1]' if self.two_d else '[XBLOCK]'})"
+            load = f"tl.broadcast_to({load}, {f'[{self.x_block}, 1]' if self.two_d else f'[{self.x_block}]'})"
         if compute_dtype(dtype) != dtype:
             load += f".to({TRITON_DTYPES[compute_dtype(dtype)]})"
         return load
@@ -560,7 +563,7 @@ class KernelWriter:
                     and alignment(self.graph[n].type.shape, self.domain) == "full")
         heavy += max(0, sum(1 for o in self.group.outputs
                             if alignment(self.graph[o].type.shape, self.domain) == "full") - 1)
-        kind = "tiled" if self.tiled else self.group.kind
+        kind: KernelKind = "tiled" if self.tiled else kernel_kind(self.group.kind)
         if self.reduction and not self._trailing_axes():
             kind = "outer_reduction"
         accumulators = 1

@@ -10,8 +10,6 @@ activation, residual, casts) is emitted by the pointwise machinery of `KernelWri
 
 from __future__ import annotations
 
-import re
-
 import torch
 
 from fusionlab.codegen.kernel import HEAVY_OPS, KernelArgument, KernelSource, KernelWriter, _Scope
@@ -30,6 +28,8 @@ _LOCALS = ("pid", "pid_m", "pid_n", "programs_m", "programs_n", "programs_in_gro
 
 class MatmulWriter(KernelWriter):
     """Writes the kernel of a group holding one `matmul` node and its epilogue (pointwise over [M, N])."""
+
+    x_block = "BLOCK_M"  # the epilogue's broadcast scalars are sized by the tile's rows
 
     def __init__(self, graph: Graph, group: FusionGroup, name: str, contiguous: set[str]) -> None:
         super().__init__(graph, group, name, contiguous, tile_pointwise=False)
@@ -89,10 +89,7 @@ class MatmulWriter(KernelWriter):
             "mask = xmask & rmask",
         ]
         body += list(self.dim_lines.values())
-        lines = self._head() + [f"    {line}" for line in body]
-        # The epilogue's helpers size broadcast scalars by the tile's block names.
-        lines += [re.sub(r"\bRBLOCK\b", "BLOCK_N", re.sub(r"\bXBLOCK\b", "BLOCK_M", line)) for line in epilogue.lines]
-        return self._source(lines)
+        return self._source(self._head() + [f"    {line}" for line in body] + epilogue.lines)
 
     def _head(self) -> list[str]:
         primitives = [self.graph[n].op for n in self.group.nodes if self.graph[n].kind != "view"]

@@ -22,6 +22,7 @@ import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
 from fusionlab.codegen.kernel import KernelSource, KernelWriter
+from fusionlab.codegen.kinds import TILE_KINDS
 from fusionlab.codegen.matmul import MatmulWriter
 from fusionlab.codegen.preamble import KERNEL_PREAMBLE
 from fusionlab.fusion.fuse import FuseResult, FusionGroup
@@ -129,7 +130,7 @@ class ProgramWriter:
                 args.append(str(int(argument.expr)))
         domain = group.domain
         assert domain is not None
-        tiles = source.kind in ("tiled", "matmul")
+        tiles = source.kind in TILE_KINDS
         axes = domain.axes if domain.is_reduction else ((len(domain.shape) - 1,) if tiles else ())
         outer = tuple(d for d in range(len(domain.shape)) if d not in axes)
         xnumel = product(tuple(domain.shape[d] for d in outer))

@@ -1,28 +1,76 @@
 """Launch configurations: block sizes and warps chosen per shape at run time (never baked into source).
 
-    >>> choose(KernelShape("pointwise", 1 << 20, 1, False), "cuda")
-    LaunchConfig(XBLOCK=1024, RBLOCK=1, num_warps=4)
+Every kernel is launched through one protocol: a `LaunchShape` (the work of one launch) chooses its `LaunchConfig`
+and lists the candidates the autotuner measures; the config gives the grid for the shape, its constexpr keyword
+arguments and launch options, and describes itself. `KernelShape` and `BlockConfig` (XBLOCK, RBLOCK) are the
+pointwise and reduction kernels'; `runtime/matmul.py` has the matmul's.
+
+    >>> KernelShape("pointwise", 1 << 20, 1, False).choose("cuda")
+    BlockConfig(XBLOCK=1024, RBLOCK=1, num_warps=4)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import triton
+
+from fusionlab.codegen.kinds import KernelKind
+
+
+class LaunchConfig(Protocol):
+    """One launch's choices: its grid, constexprs (`meta`) and launch options for a shape of its kind."""
+
+    def grid(self, shape: Any) -> tuple[int, ...]: ...
+
+    def meta(self, shape: Any) -> dict[str, Any]: ...
+
+    def options(self) -> dict[str, int]: ...
+
+    def describe(self) -> str: ...
+
+
+class LaunchShape(Protocol):
+    """The work of one launch, what its config is chosen from (hashable: configs are kept per shape)."""
+
+    @property
+    def numels(self) -> tuple[int, ...]: ...  # the size arguments after the kernel's own
+
+    @property
+    def empty(self) -> bool: ...  # nothing to launch
+
+    def choose(self, backend: str) -> LaunchConfig: ...
+
+    def candidates(self) -> list[LaunchConfig]: ...
 
 
 @dataclass(frozen=True)
 class KernelShape:
-    kind: str  # "pointwise" | "tiled" (pointwise over [rows, last dimension]) | "reduction" | "outer_reduction"
+    kind: KernelKind  # "tiled": pointwise over [rows, last dimension]
     xnumel: int
     rnumel: int
     persistent: bool
     heavy: int = 0  # special-function ops and extra full-size stores per element
     accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live at once (Welford: 3)
 
+    @property
+    def numels(self) -> tuple[int, ...]:
+        return (self.xnumel,) if self.kind == "pointwise" else (self.xnumel, self.rnumel)
+
+    @property
+    def empty(self) -> bool:
+        return False  # launched even so: a reduction over an empty axis still writes its identity
+
+    def choose(self, backend: str) -> BlockConfig:
+        return choose(self, backend)
+
+    def candidates(self) -> list[LaunchConfig]:
+        return list(candidates(self))
+
 
 @dataclass(frozen=True)
-class LaunchConfig:
+class BlockConfig:
     XBLOCK: int
     RBLOCK: int
     num_warps: int
@@ -33,28 +81,42 @@ class LaunchConfig:
             return (rows, max(1, triton.cdiv(shape.rnumel, self.RBLOCK)))
         return (rows,)
 
+    def meta(self, shape: KernelShape) -> dict[str, Any]:
+        """Blocks, and whether each size divides its block (the kernel then drops that bounds mask)."""
+        # An empty size "divides" every block, but then no index is in bounds: it keeps its mask.
+        meta: dict[str, Any] = {"XBLOCK": self.XBLOCK, "EVEN_X": shape.xnumel > 0 and shape.xnumel % self.XBLOCK == 0}
+        if shape.kind != "pointwise":
+            meta |= {"RBLOCK": self.RBLOCK, "EVEN_R": shape.rnumel > 0 and shape.rnumel % self.RBLOCK == 0}
+        return meta
 
-def _interpreter(shape: KernelShape) -> LaunchConfig:
+    def options(self) -> dict[str, int]:
+        return {"num_warps": self.num_warps}
+
+    def describe(self) -> str:
+        return f"XBLOCK={self.XBLOCK} RBLOCK={self.RBLOCK} warps={self.num_warps}"
+
+
+def _interpreter(shape: KernelShape) -> BlockConfig:
     # The interpreter runs one program at a time through numpy: few, large programs are fastest.
     if shape.kind == "pointwise":
-        return LaunchConfig(min(triton.next_power_of_2(max(shape.xnumel, 1)), 1 << 16), 1, 1)
+        return BlockConfig(min(triton.next_power_of_2(max(shape.xnumel, 1)), 1 << 16), 1, 1)
     if shape.kind == "tiled":
         rblock = min(triton.next_power_of_2(max(shape.rnumel, 1)), 1 << 12)
-        return LaunchConfig(max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), (1 << 16) // rblock)), rblock, 1)
+        return BlockConfig(max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), (1 << 16) // rblock)), rblock, 1)
     rblock = triton.next_power_of_2(max(shape.rnumel, 1)) if shape.persistent else 1024
     if shape.kind == "outer_reduction":
         rblock = min(64, triton.next_power_of_2(max(shape.rnumel, 1)))
     xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), (1 << 16) // rblock))
-    return LaunchConfig(xblock, rblock, 1)
+    return BlockConfig(xblock, rblock, 1)
 
 
-def _tiled(shape: KernelShape, elements: int, rblock_cap: int) -> LaunchConfig:
+def _tiled(shape: KernelShape, elements: int, rblock_cap: int) -> BlockConfig:
     rblock = min(triton.next_power_of_2(max(shape.rnumel, 1)), rblock_cap)
     xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), elements // rblock))
-    return LaunchConfig(xblock, rblock, 4 if xblock * rblock >= 512 else 1)
+    return BlockConfig(xblock, rblock, 4 if xblock * rblock >= 512 else 1)
 
 
-def _cuda(shape: KernelShape) -> LaunchConfig:
+def _cuda(shape: KernelShape) -> BlockConfig:
     if shape.kind == "tiled":
         return _tiled(shape, 4096, 1024)
     if shape.kind == "outer_reduction":
@@ -67,10 +129,10 @@ def _cuda(shape: KernelShape) -> LaunchConfig:
         # Welford's three running tiles at 32 x 256 spill: 0.196 ms against 0.147 at 32 x 128 (column_normalize).
         cap = 256 if shape.accumulators < 3 else 128
         rblock = max(16, min(cap, triton.next_power_of_2(max(shape.rnumel, 1))))
-        return LaunchConfig(xblock, rblock, max(1, min(8, xblock * rblock // 256)))
+        return BlockConfig(xblock, rblock, max(1, min(8, xblock * rblock // 256)))
     if shape.kind == "pointwise":
         xblock = min(1024, triton.next_power_of_2(max(shape.xnumel, 1)))
-        return LaunchConfig(xblock, 1, 4 if xblock >= 512 else max(1, xblock // 128))
+        return BlockConfig(xblock, 1, 4 if xblock >= 512 else max(1, xblock // 128))
     if shape.persistent:
         rblock = triton.next_power_of_2(max(shape.rnumel, 1))
         # Enough rows per program to give each warp work, without spilling the row out of registers.
@@ -80,19 +142,19 @@ def _cuda(shape: KernelShape) -> LaunchConfig:
             # On an H200 (docs/PERFORMANCE.md, eighth round), 2048 elements per one-warp program were at or near
             # the best of 25 configs on four kernels: gpt_block's attention softmax (65536 rows of 1024) 0.073 ms
             # against 0.095 with 8 warps; softmax over 512, layer_norm over 1024 and over 256.
-            return LaunchConfig(xblock, rblock, 1)
+            return BlockConfig(xblock, rblock, 1)
         # Measured on an H200 (docs/PERFORMANCE.md): at 8192 elements a row with special functions (softmax's exp)
         # or two outputs wants 16 warps to hide latency; a plain normalisation is faster with 8.
-        return LaunchConfig(xblock, rblock, 16 if shape.heavy and xblock * rblock >= 8192 else 8)
-    return LaunchConfig(1, 2048, 8)
+        return BlockConfig(xblock, rblock, 16 if shape.heavy and xblock * rblock >= 8192 else 8)
+    return BlockConfig(1, 2048, 8)
 
 
-def choose(shape: KernelShape, backend: str) -> LaunchConfig:
+def choose(shape: KernelShape, backend: str) -> BlockConfig:
     """Block sizes for one launch; `backend` is "cuda" or "interpreter"."""
     return _interpreter(shape) if backend == "interpreter" else _cuda(shape)
 
 
-def candidates(shape: KernelShape) -> list[LaunchConfig]:
+def candidates(shape: KernelShape) -> list[BlockConfig]:
     """The small config space the autotuner measures on CUDA (the heuristic's choice is always included)."""
     base = _cuda(shape)
     found = [base]
@@ -101,11 +163,11 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
             for cap in (256, 1024):
                 for warps in (4, 8):
                     config = _tiled(shape, elements, cap)
-                    found.append(LaunchConfig(config.XBLOCK, config.RBLOCK, warps))
+                    found.append(BlockConfig(config.XBLOCK, config.RBLOCK, warps))
     elif shape.kind == "pointwise":
         for xblock in (512, 1024, 2048, 4096):
             for warps in (4, 8):
-                found.append(LaunchConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), 1, warps))
+                found.append(BlockConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), 1, warps))
     elif shape.persistent:
         rblock = triton.next_power_of_2(max(shape.rnumel, 1))
         for rows in (1, 2, 4, 8):
@@ -113,13 +175,13 @@ def candidates(shape: KernelShape) -> list[LaunchConfig]:
                 continue
             for warps in (1, 2, 4, 8, 16, 32):
                 if warps * 32 <= rows * rblock:
-                    found.append(LaunchConfig(rows, rblock, warps))
+                    found.append(BlockConfig(rows, rblock, warps))
     elif shape.kind == "outer_reduction":
         for xblock, rblock in ((32, 64), (32, 128), (32, 256), (64, 128), (16, 256), (64, 64)):
             for warps in (8, 16):
-                found.append(LaunchConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), rblock, warps))
+                found.append(BlockConfig(min(xblock, triton.next_power_of_2(max(shape.xnumel, 1))), rblock, warps))
     else:
         for rblock in (1024, 2048, 4096):
             for warps in (4, 8, 16):
-                found.append(LaunchConfig(1, rblock, warps))
+                found.append(BlockConfig(1, rblock, warps))
     return list(dict.fromkeys(found))

@@ -1,4 +1,11 @@
-"""Kernel handles: one generated kernel, built lazily for each backend, launched with a per-shape config."""
+"""Kernel handles: one generated kernel, built lazily for each backend, launched with a per-shape config.
+
+One handle serves every kind of kernel: its launch's `LaunchShape` (runtime/config.py; a matmul's in
+runtime/matmul.py) chooses the config, and the config gives the grid, constexprs and launch options.
+
+    >>> handle = KernelHandle.of(kernel, module_source, autotune=False)
+    >>> handle.launch(x, out, xnumel=1024)       # doctest: +SKIP
+"""
 
 from __future__ import annotations
 
@@ -7,117 +14,126 @@ from typing import Any
 
 import torch
 
-from fusionlab.runtime.compile_pool import compile_all
-from fusionlab.runtime.config import KernelShape, LaunchConfig, candidates, choose
+from fusionlab.codegen.kernel import KernelSource
+from fusionlab.codegen.kinds import KernelKind
+from fusionlab.runtime.config import KernelShape, LaunchConfig, LaunchShape
 from fusionlab.runtime.direct import DirectLaunch
 from fusionlab.runtime.interpreter import build_module, interpreted_standard_library
+from fusionlab.runtime.matmul import MatmulShape
 
 
 @dataclass
 class KernelHandle:
-    """A generated kernel: `source` is the whole module (preamble + kernel)."""
+    """A generated kernel: `source` is the whole module (preamble + kernel). `pin` fixes one config for every
+    shape (benchmarks/matmul_epilogue.py times each candidate that way)."""
 
     name: str
-    kind: str
+    kind: KernelKind
     source: str
-    persistent: bool
+    persistent: bool = False
     heavy: int = 0
     accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live (Welford: 3)
+    autotune: bool = False
+    pinned: LaunchConfig | None = None
     modules: dict[str, dict[str, Any]] = field(default_factory=dict)
     compiled: Any = None  # the CompiledKernel of the first CUDA launch (asm stages)
     last_config: LaunchConfig | None = None
     backends_used: set[str] = field(default_factory=set)
-    autotune: bool = False
-    tuned: dict[KernelShape, LaunchConfig] = field(default_factory=dict)
-    tuning: dict[KernelShape, dict[LaunchConfig, float]] = field(default_factory=dict)  # measured ms per config
-    # (xnumel, rnumel, device index) -> the launch: launches after the first skip all choice and Triton's JIT dispatch
-    ready: dict[tuple[int, int, int | None], DirectLaunch] = field(default_factory=dict)
+    tuned: dict[LaunchShape, LaunchConfig] = field(default_factory=dict)  # the CUDA config chosen per shape
+    tuning: dict[LaunchShape, dict[LaunchConfig, float]] = field(default_factory=dict)  # measured ms per config
+    # (xnumel, rnumel, a matmul's K, device index) -> the launch: launches after the first skip all choice and
+    # Triton's JIT dispatch
+    ready: dict[tuple[int, int, int, int | None], DirectLaunch] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, kernel: KernelSource, module: str, autotune: bool) -> KernelHandle:
+        """The launcher of one generated kernel, whose module source (preamble + kernel) is `module`."""
+        return cls(kernel.name, kernel.kind, module, kernel.persistent, kernel.heavy, kernel.accumulators, autotune)
 
     def function(self, backend: str) -> Any:
         if backend not in self.modules:
             self.modules[backend] = build_module(self.source, self.name, interpret=backend == "interpreter")
         return self.modules[backend][self.name]
 
+    def shape(self, args: tuple[Any, ...], xnumel: int, rnumel: int = 1) -> LaunchShape:
+        """What the launch configuration is chosen from: this kernel's kind and work at these sizes."""
+        if self.kind == "matmul":
+            return MatmulShape.of(args, xnumel, rnumel)
+        return KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
+
     def launch(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
         device = args[0].device  # the first kernel argument is always a tensor (an input or an output)
+        key = (xnumel, rnumel, int(args[-1]) if self.kind == "matmul" else 0, device.index)
         if device.type == "cuda":
-            fast = self.ready.get((xnumel, rnumel, device.index))
+            fast = self.ready.get(key)
             if fast is not None and device.index == torch.cuda.current_device():
                 fast(*args)  # the hot path: the compiled kernel's own launcher (it launches on the current device)
                 return
+        shape = self.shape(args, xnumel, rnumel)
+        if shape.empty:
+            return
         backend = "cuda" if device.type == "cuda" else "interpreter"
-        shape = self.shape(xnumel, rnumel)
         self.backends_used.add(backend)
         if backend == "interpreter":
-            config = choose(shape, backend)
+            config = shape.choose(backend)
             with interpreted_standard_library():
                 self._run(backend, config, shape, args)
         else:
-            known = self.tuned.get(shape)
-            if known is None:  # chosen once per shape: the heuristic, or the autotuner's measurement
-                known = self._tune(shape, args) if self.autotune else choose(shape, backend)
-                self.tuned[shape] = known
-            config = known
+            config = self._config(shape, args)
             with torch.cuda.device(device):
                 compiled = self._run(backend, config, shape, args)
             if self.compiled is None:
                 self.compiled = compiled
             if device.index == torch.cuda.current_device():
-                numels, meta = self._meta(config, shape)
-                self.ready[(xnumel, rnumel, device.index)] = DirectLaunch(
-                    self.function("cuda"), config.grid(shape), numels, num_warps=config.num_warps, meta=meta)
+                self.ready[key] = DirectLaunch(self.function("cuda"), config.grid(shape), shape.numels,
+                                               meta=config.meta(shape), **config.options())
         self.last_config = config
 
     def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> Any:
         """Compile for CUDA without running (Triton's `warmup`) with the config the real launch will use; returns
         Triton's compiled kernel."""
-        shape = self.shape(xnumel, rnumel)
-        config = self.tuned.get(shape) or choose(shape, "cuda")
-        self.tuned[shape] = config
-        numels, meta = self._meta(config, shape)
-        return self.function("cuda").warmup(*args, *numels, grid=config.grid(shape), num_warps=config.num_warps,
-                                            **meta)
+        shape = self.shape(args, xnumel, rnumel)
+        config = self._config(shape, args)
+        return self.function("cuda").warmup(*args, *shape.numels, grid=config.grid(shape), **config.options(),
+                                            **config.meta(shape))
 
-    def shape(self, xnumel: int, rnumel: int = 1) -> KernelShape:
-        """What the launch configuration is chosen from: this kernel's kind and work at these sizes."""
-        return KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
+    def pin(self, config: LaunchConfig | None) -> None:
+        self.pinned = config
+        self.tuned.clear()
+        self.ready.clear()
 
-    def _meta(self, config: LaunchConfig, shape: KernelShape) -> tuple[tuple[int, ...], dict[str, Any]]:
-        """The size arguments and constexprs of one launch: blocks, and whether each size divides its block
-        (the kernel then drops that bounds mask)."""
-        # An empty size "divides" every block, but then no index is in bounds: it keeps its mask.
-        meta: dict[str, Any] = {"XBLOCK": config.XBLOCK,
-                                "EVEN_X": shape.xnumel > 0 and shape.xnumel % config.XBLOCK == 0}
-        if self.kind == "pointwise":
-            return (shape.xnumel,), meta
-        meta |= {"RBLOCK": config.RBLOCK, "EVEN_R": shape.rnumel > 0 and shape.rnumel % config.RBLOCK == 0}
-        return (shape.xnumel, shape.rnumel), meta
+    def _config(self, shape: LaunchShape, args: tuple[Any, ...]) -> LaunchConfig:
+        """The CUDA config, chosen once per shape: pinned, the heuristic, or the autotuner's measurement."""
+        if self.pinned is not None:
+            return self.pinned
+        known = self.tuned.get(shape)
+        if known is None:
+            known = self._tune(shape, args) if self.autotune else shape.choose("cuda")
+            self.tuned[shape] = known
+        return known
 
-    def _run(self, backend: str, config: LaunchConfig, shape: KernelShape, args: tuple[Any, ...]) -> Any:
-        numels, meta = self._meta(config, shape)
-        kernel = self.function(backend)
+    def _run(self, backend: str, config: LaunchConfig, shape: LaunchShape, args: tuple[Any, ...]) -> Any:
+        kernel = self.function(backend)[config.grid(shape)]
         if backend == "interpreter":
-            return kernel[config.grid(shape)](*args, *numels, **meta)
-        return kernel[config.grid(shape)](*args, *numels, num_warps=config.num_warps, **meta)
+            return kernel(*args, *shape.numels, **config.meta(shape))
+        return kernel(*args, *shape.numels, **config.options(), **config.meta(shape))
 
-    def _tune(self, shape: KernelShape, args: tuple[Any, ...]) -> LaunchConfig:
+    def _tune(self, shape: LaunchShape, args: tuple[Any, ...]) -> LaunchConfig:
         """Time each candidate config once per shape (CUDA events, median) and keep the fastest.
 
         Safe to repeat: a kernel only reads its inputs and overwrites its outputs."""
         import triton.testing
 
         timings: dict[LaunchConfig, float] = {}
-        for config in candidates(shape):
+        for config in shape.candidates():
             try:
                 timings[config] = float(triton.testing.do_bench(
                     lambda config=config: self._run("cuda", config, shape, args), warmup=5, rep=20,
                     return_mode="median"))
             except Exception:  # noqa: BLE001 - a config that does not compile (e.g. out of resources) is skipped
                 continue
-        best = min(timings, key=timings.__getitem__) if timings else choose(shape, "cuda")
-        self.tuned[shape] = best
         self.tuning[shape] = timings
-        return best
+        return min(timings, key=timings.__getitem__) if timings else shape.choose("cuda")
 
     def asm(self) -> dict[str, str]:
         """Triton's compilation stages (ttir, ttgir, llir, ptx, ...) after the first CUDA launch."""
@@ -125,27 +141,3 @@ class KernelHandle:
             return {}
         stages = getattr(self.compiled, "asm", {}) or {}
         return {k: v if isinstance(v, str) else f"<{len(v)} bytes>" for k, v in stages.items()}
-
-
-def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-class LaunchRecorder:
-    """Stands in for `launch` in a dry run of the program: records each launch instead of running it."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[KernelHandle, tuple[Any, ...], int, int]] = []
-
-    def __call__(self, handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> None:
-        self.records.append((handle, args, int(xnumel), int(rnumel)))
-
-
-def compile_in_parallel(records: list[tuple[KernelHandle, tuple[Any, ...], int, int]],
-                        workers: str = "processes") -> None:
-    """Compile every recorded CUDA kernel at once, so the first call does not pay one compile after another:
-    in forked worker processes that fill Triton's cache (see compile_pool), or in threads (`workers="threads"`)."""
-    unique = list({id(r[0]): r for r in records}.values())
-    for handle, *_ in unique:
-        handle.function("cuda")  # build the modules one by one: that step toggles the interpreter switch
-    compile_all(unique, workers)

@@ -1,8 +1,9 @@
-"""Launching generated matmul kernels: tile configs chosen per shape (M, N, K) at run time, and their handle.
+"""Launch configs of generated matmul kernels: tile configs chosen per shape (M, N, K) at run time.
 
 A matmul kernel takes BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M and EVEN_K as constexprs, and warps and pipeline stages
-as launch options; none of them is in its source. `choose_matmul` is the heuristic, `matmul_candidates` the small
-space the autotuner (`autotune=True`) measures, sized for Hopper (H100/H200) with 16-bit operands.
+as launch options; none of them is in its source. `MatmulShape` and `MatmulConfig` implement the launch protocol of
+`runtime/config.py`: `choose_matmul` is the heuristic, `matmul_candidates` the small space the autotuner
+(`autotune=True`) measures, sized for Hopper (H100/H200) with 16-bit operands.
 
     >>> choose_matmul(MatmulShape(8192, 16384, 4096, 2), "cuda")
     MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
@@ -10,16 +11,12 @@ space the autotuner (`autotune=True`) measures, sized for Hopper (H100/H200) wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 import triton
 
-from fusionlab.codegen.kernel import KernelSource
-from fusionlab.runtime.direct import DirectLaunch
-from fusionlab.runtime.interpreter import interpreted_standard_library
-from fusionlab.runtime.launch import KernelHandle
+from fusionlab.runtime.config import LaunchConfig
 
 SM_COUNT_H200 = 132  # programs that run at once, one per SM, on an H100/H200
 
@@ -32,6 +29,25 @@ class MatmulShape:
     n: int
     k: int
     itemsize: int = 2
+
+    @classmethod
+    def of(cls, args: tuple[Any, ...], xnumel: int, rnumel: int) -> MatmulShape:
+        """A launch's shape: K is the kernel's last positional argument, the left operand its first."""
+        return cls(int(xnumel), int(rnumel), int(args[-1]), args[0].element_size())
+
+    @property
+    def numels(self) -> tuple[int, ...]:
+        return (self.m, self.n)
+
+    @property
+    def empty(self) -> bool:
+        return self.m == 0 or self.n == 0  # nothing to write (and `% size` in the kernel would divide by zero)
+
+    def choose(self, backend: str) -> MatmulConfig:
+        return choose_matmul(self, backend)
+
+    def candidates(self) -> list[LaunchConfig]:
+        return list(matmul_candidates(self))
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,9 @@ class MatmulConfig:
         """The kernel's constexprs for this shape."""
         return {"BLOCK_M": self.BLOCK_M, "BLOCK_N": self.BLOCK_N, "BLOCK_K": self.BLOCK_K, "GROUP_M": self.GROUP_M,
                 "EVEN_K": shape.k % self.BLOCK_K == 0}
+
+    def options(self) -> dict[str, int]:
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages}
 
     def describe(self) -> str:
         return (f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} GROUP_M={self.GROUP_M} warps={self.num_warps} "
@@ -110,96 +129,3 @@ def matmul_candidates(shape: MatmulShape) -> list[MatmulConfig]:
     table = FLOAT32 if shape.itemsize >= 4 else HOPPER_16BIT
     found = [choose_matmul(shape, "cuda")] + [_fitted(shape, *row) for row in table]
     return list(dict.fromkeys(found))
-
-
-@dataclass
-class MatmulHandle(KernelHandle):
-    """A generated matmul kernel. Its last positional argument is K (the launcher reads it for EVEN_K); `pin`
-    fixes one config for every shape (used by benchmarks/matmul_epilogue.py to time each candidate)."""
-
-    last_config: Any = None
-    pinned: MatmulConfig | None = None
-    chosen: dict[MatmulShape, MatmulConfig] = field(default_factory=dict)
-    tuning: dict[Any, dict[Any, float]] = field(default_factory=dict)  # MatmulShape -> MatmulConfig -> ms
-    # (M, N, K, device index) -> the launch: launches after the first skip all choice and Triton's JIT dispatch
-    fast: dict[tuple[int, int, int, int | None], DirectLaunch] = field(default_factory=dict)
-
-    def pin(self, config: MatmulConfig | None) -> None:
-        self.pinned = config
-        self.chosen.clear()
-        self.fast.clear()
-
-    def _shape(self, args: tuple[Any, ...], xnumel: int, rnumel: int) -> MatmulShape:
-        return MatmulShape(int(xnumel), int(rnumel), int(args[-1]), args[0].element_size())
-
-    def launch(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
-        if xnumel == 0 or rnumel == 0:
-            return  # an empty product: nothing to write (and `% size` in the kernel would divide by zero)
-        device = args[0].device  # the first argument is the left operand
-        if device.type == "cuda":
-            fast = self.fast.get((xnumel, rnumel, int(args[-1]), device.index))
-            if fast is not None and device.index == torch.cuda.current_device():
-                fast(*args)  # the compiled kernel's own launcher (see runtime/direct.py)
-                return
-        shape = self._shape(args, xnumel, rnumel)
-        backend = "cuda" if device.type == "cuda" else "interpreter"
-        self.backends_used.add(backend)
-        if backend == "interpreter":
-            config = choose_matmul(shape, backend)
-            with interpreted_standard_library():
-                self.function(backend)[config.grid(shape)](*args, xnumel, rnumel, **config.meta(shape))
-        else:
-            config = self._config(shape, args)
-            with torch.cuda.device(device):
-                compiled = self._run(config, shape, args)
-            if self.compiled is None:
-                self.compiled = compiled
-            if device.index == torch.cuda.current_device():
-                self.fast[(xnumel, rnumel, shape.k, device.index)] = DirectLaunch(
-                    self.function("cuda"), config.grid(shape), (xnumel, rnumel), num_warps=config.num_warps,
-                    num_stages=config.num_stages, meta=config.meta(shape))
-        self.last_config = config
-
-    def _config(self, shape: MatmulShape, args: tuple[Any, ...]) -> MatmulConfig:
-        if self.pinned is not None:
-            return self.pinned
-        known = self.chosen.get(shape)
-        if known is None:  # chosen once per shape: the heuristic, or the autotuner's measurement
-            known = self._tune_matmul(shape, args) if self.autotune else choose_matmul(shape, "cuda")
-            self.chosen[shape] = known
-        return known
-
-    def _run(self, config: MatmulConfig, shape: MatmulShape, args: tuple[Any, ...]) -> Any:  # type: ignore[override]
-        return self.function("cuda")[config.grid(shape)](*args, shape.m, shape.n, num_warps=config.num_warps,
-                                                         num_stages=config.num_stages, **config.meta(shape))
-
-    def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> Any:
-        """Compile for CUDA without running, with the config the real launch will use; returns the compiled kernel."""
-        shape = self._shape(args, xnumel, rnumel)
-        config = self._config(shape, args)
-        return self.function("cuda").warmup(*args, shape.m, shape.n, grid=config.grid(shape),
-                                            num_warps=config.num_warps, num_stages=config.num_stages,
-                                            **config.meta(shape))
-
-    def _tune_matmul(self, shape: MatmulShape, args: tuple[Any, ...]) -> MatmulConfig:
-        """Time each candidate (CUDA events, median) and keep the fastest; a kernel only overwrites its outputs."""
-        import triton.testing
-
-        timings: dict[MatmulConfig, float] = {}
-        for config in matmul_candidates(shape):
-            try:
-                timings[config] = float(triton.testing.do_bench(
-                    lambda config=config: self._run(config, shape, args), warmup=5, rep=20, return_mode="median"))
-            except Exception:  # noqa: BLE001 - a config that does not compile (out of shared memory) is skipped
-                continue
-        best = min(timings, key=timings.__getitem__) if timings else choose_matmul(shape, "cuda")
-        self.tuning[shape] = timings
-        return best
-
-
-def handle_for(kernel: KernelSource, module: str, autotune: bool) -> KernelHandle:
-    """The launcher of one generated kernel: a matmul handle for matmul kernels, else the general one."""
-    if kernel.kind == "matmul":
-        return MatmulHandle(kernel.name, kernel.kind, module, False, heavy=kernel.heavy, autotune=autotune)
-    return KernelHandle(kernel.name, kernel.kind, module, kernel.persistent, heavy=kernel.heavy,
-                        accumulators=kernel.accumulators, autotune=autotune)

@@ -1,0 +1,97 @@
+"""The generated program made runnable: a handle per kernel, the wrapper function whose `launch` calls them, and
+the same wrapper with its launches recorded instead of run.
+
+Before its first CUDA call on a device, a dry run lists the launches and every kernel compiles at once
+(runtime/compile_pool.py).
+
+    >>> runnable = Runnable(generated.program, autotune=False)
+    >>> outputs = runnable(x, b)
+    >>> [record.handle.name for record in runnable.record_launches(x, b)]
+    ['pointwise_0_add_mul_erf']
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple
+
+import torch
+
+from fusionlab.codegen.preamble import KERNEL_PREAMBLE
+from fusionlab.codegen.program import Program
+from fusionlab.runtime.compile_pool import compile_all
+from fusionlab.runtime.interpreter import triton
+from fusionlab.runtime.launch import KernelHandle
+
+
+class LaunchRecord(NamedTuple):
+    """One launch of the program, as it would have been made."""
+
+    handle: KernelHandle
+    args: tuple[Any, ...]
+    xnumel: int
+    rnumel: int
+
+
+def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _launch(handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> None:
+    handle.launch(*args, xnumel=xnumel, rnumel=rnumel)
+
+
+class Runnable:
+    """The program's handles and wrapper; `compile_workers` is how the kernels compile at once before the first
+    CUDA call ("processes" or "threads")."""
+
+    def __init__(self, program: Program, autotune: bool, compile_workers: str = "processes") -> None:
+        self.handles = tuple(KernelHandle.of(k, KERNEL_PREAMBLE + "\n\n" + k.source, autotune)
+                             for k in program.kernels)
+        self.compile_workers = compile_workers
+        self._records: list[LaunchRecord] = []
+        self._prepared: set[str] = set()
+        namespace: dict[str, Any] = {"torch": torch, "empty": empty, "triton": triton, "launch": _launch,
+                                     **program.namespace_constants, **{h.name: h for h in self.handles}}
+        code = compile(program.wrapper, "<fusionlab program>", "exec")
+        exec(code, namespace)  # noqa: S102 - our own generated source
+        self.function = namespace["fusionlab_program"]
+        dry = dict(namespace, launch=self._record)
+        exec(code, dry)  # noqa: S102 - the same program, launches recorded (compiled in parallel on first use)
+        self._dry_run = dry["fusionlab_program"]
+
+    def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        self.prepare(*tensors)
+        return self.function(*tensors)  # type: ignore[no-any-return]
+
+    def record_launches(self, *tensors: torch.Tensor) -> list[LaunchRecord]:
+        """The launches a call would make, in order, recorded instead of run (extern ops do run)."""
+        self._records = []
+        self._dry_run(*tensors)
+        return self._records
+
+    def _record(self, handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> None:
+        self._records.append(LaunchRecord(handle, args, int(xnumel), int(rnumel)))
+
+    def prepare(self, *tensors: torch.Tensor) -> None:
+        """Before the first CUDA call on a device: a dry run lists the launches, then all kernels compile at once."""
+        device = next((t.device for t in tensors if isinstance(t, torch.Tensor)), None)
+        if device is None or device.type != "cuda" or str(device) in self._prepared:
+            return
+        self._prepared.add(str(device))
+        if any(h.autotune for h in self.handles):
+            return  # the autotuner compiles its candidates itself
+        try:
+            compile_in_parallel(self.record_launches(*tensors), self.compile_workers)
+        except Exception as error:  # noqa: BLE001 - an optimisation only: kernels then compile at first launch
+            warnings.warn(f"compiling the kernels in parallel failed ({type(error).__name__}: {error}); they "
+                          "compile one by one at their first launch instead", RuntimeWarning, stacklevel=2)
+
+
+def compile_in_parallel(records: list[LaunchRecord], workers: str = "processes") -> None:
+    """Compile every recorded CUDA kernel at once, so the first call does not pay one compile after another:
+    in forked worker processes that fill Triton's cache (see compile_pool), or in threads (`workers="threads"`)."""
+    unique = list({id(r[0]): r for r in records}.values())
+    for handle, *_ in unique:
+        handle.function("cuda")  # build the modules one by one: that step toggles the interpreter switch
+    compile_all(unique, workers)
