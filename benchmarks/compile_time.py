@@ -13,7 +13,6 @@ kernel was compiled once, not once by a worker and again by the launch). About a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import platform
@@ -46,11 +45,12 @@ def fusionlab_cold(fn: Any, inputs: tuple[Any, ...], workers: str) -> dict[str, 
     torch.cuda.synchronize()
     start = time.perf_counter()
     exploration = fl.explore(fn, *inputs)
-    compiled = dataclasses.replace(exploration.compiled, compile_workers=workers)
+    compiled = exploration.compiled
+    compiled.runnable.compile_workers = workers
     flat = exploration.flat_inputs(tuple(inputs), {})
     staged = time.perf_counter()
     with torch.no_grad():
-        compiled.prepare(*flat)
+        compiled.runnable.prepare(*flat)
         prepared = time.perf_counter()
         compiled(*flat)
     torch.cuda.synchronize()

@@ -31,7 +31,8 @@ import triton.testing
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import fusionlab as fl  # noqa: E402
-from fusionlab.runtime.matmul import MatmulHandle, MatmulShape, choose_matmul, matmul_candidates  # noqa: E402
+from fusionlab.runtime.launch import KernelHandle  # noqa: E402
+from fusionlab.runtime.matmul import MatmulShape, choose_matmul, matmul_candidates  # noqa: E402
 from fusionlab.workloads import get  # noqa: E402
 
 TOLERANCE = {"atol": 4e-2, "rtol": 4e-2}  # bf16 outputs of a K-long float32 accumulation, rounded differently
@@ -76,8 +77,8 @@ def check(name: str, label: str, actual: torch.Tensor, expected: torch.Tensor) -
         raise AssertionError(f"{name} / {label}: fusionlab differs from eager: {error}") from error
 
 
-def matmul_handle(ex: fl.Exploration) -> MatmulHandle:
-    found = [h for h in ex.compiled.handles if isinstance(h, MatmulHandle)]
+def matmul_handle(ex: fl.Exploration) -> KernelHandle:
+    found = [h for h in ex.compiled.handles if h.kind == "matmul"]
     if len(found) != 1:
         raise AssertionError(f"expected one Triton matmul kernel, found {len(found)}:\n{ex.fused.as_text()}")
     return found[0]

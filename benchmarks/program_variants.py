@@ -41,8 +41,8 @@ def variant(name: str) -> Iterator[None]:
         def eight(shape: Any) -> Any:
             chosen = saved[1](shape)
             if shape.persistent and shape.kind == "reduction" and chosen.RBLOCK <= 1024:
-                return config.LaunchConfig(chosen.XBLOCK, chosen.RBLOCK, 8 if chosen.XBLOCK * chosen.RBLOCK >= 2048
-                                           else chosen.num_warps)
+                return config.BlockConfig(chosen.XBLOCK, chosen.RBLOCK, 8 if chosen.XBLOCK * chosen.RBLOCK >= 2048
+                                          else chosen.num_warps)
             return chosen
         config._cuda = eight  # type: ignore[assignment]
     if name == "transposed_copy":

@@ -51,10 +51,8 @@ def count(name: str) -> list[dict[str, Any]]:
     fn, inputs = get(name).build("gpu", torch.device("cpu"), torch.bfloat16)
     exploration = fl.explore(fn, *inputs)
     compiled = exploration.compiled
-    compiled.recorder.records.clear()
-    compiled.dry_run(*inputs)
     rows = []
-    for handle, args, xnumel, rnumel in compiled.recorder.records:
+    for handle, args, xnumel, rnumel in compiled.record_launches(*inputs):
         handle.function("cuda")
         job = compile_pool.job_for(handle, (handle, args, xnumel, rnumel))
         if job is None:

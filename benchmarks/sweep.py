@@ -27,7 +27,7 @@ import triton.testing
 
 import fusionlab as fl
 from fusionlab import workloads
-from fusionlab.runtime.config import LaunchConfig
+from fusionlab.runtime.config import BlockConfig, KernelShape
 from fusionlab.runtime.interpreter import build_module
 
 
@@ -273,9 +273,7 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
     compiled(*inputs)
     row["inductor_ms"] = _time(lambda: compiled(*inputs))
     row["eager_ms"] = _time(lambda: fn(*inputs))
-    records = ex.compiled.recorder.records
-    ex.compiled.recorder.records.clear()
-    ex.compiled.dry_run(*inputs)
+    records = ex.compiled.record_launches(*inputs)
     if len(records) != 1:
         row["note"] = f"{len(records)} launches: only single-kernel programs are swept"
         return row
@@ -301,12 +299,12 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
                 break
             if "nomask" in variant and (xnumel % xblock or (handle.kind != "pointwise" and rnumel % rblock)):
                 continue
-            shape = handle.shape(xnumel, rnumel)
-            config = LaunchConfig(xblock, rblock, warps)
+            shape = KernelShape(handle.kind, xnumel, rnumel, handle.persistent, handle.heavy, handle.accumulators)
+            config = BlockConfig(xblock, rblock, warps)
             grid = config.grid(shape)
             if per_sm:
                 grid = (min(triton.cdiv(xnumel, xblock), per_sm * _sm_count()),)
-            numels, meta = handle._meta(config, shape)  # the launch's own size arguments and EVEN flags
+            numels, meta = shape.numels, config.meta(shape)  # the launch's own size arguments and EVEN flags
 
             def launch(kernel: Any = kernel, grid: Any = grid, meta: Any = meta, numels: Any = numels,
                        warps: int = warps, stages: int = stages) -> None:
