@@ -26,7 +26,7 @@ from fusionlab.fusion.policy import Policy, resolve_policy
 from fusionlab.matmul_rules import decomposition_rules
 from fusionlab.runtime.runnable import Runnable
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated
-from fusionlab.verify import VerifyReport, check_inputs, random_like_inputs, verify_outputs
+from fusionlab.verify import Programs, VerifyReport, check_inputs, verify_call
 
 __all__ = ["Exploration", "explore"]
 
@@ -131,13 +131,18 @@ class Exploration:
         leaves = [next(outputs) if slot is TENSOR_SLOT else slot for slot in result.output_template]
         return pytree.tree_unflatten(leaves, result.output_spec)
 
-    def verify(self, seed: int | None = None) -> VerifyReport:
-        """Run eager and fused on fresh random inputs; the max abs/rel error per output."""
-        args, kwargs = random_like_inputs(self.example_args, self.example_kwargs, seed)
-        with torch.no_grad():
-            expected = self.fn(*args, **kwargs)
-        actual = self(*args, **kwargs)
-        return verify_outputs(pytree.tree_leaves(expected), pytree.tree_leaves(actual))
+    def verify(self, seed: int | None = None, localise: bool | None = None) -> VerifyReport:
+        """Run eager and fused on separate copies of fresh random inputs: the max abs/rel error per output and per
+        input or buffer after the call. Where something differs (or with `localise=True`) the captured, decomposed
+        and generated programs are compared value by value too: `report.first_divergence` names where they part."""
+
+        def programs() -> Programs:  # decompose's aten -> IR value map: the Decomposed stage keeps only the graph
+            values = decompose(self.captured.result, self._rules).values
+            return Programs(self.captured.result, self.decomposed.graph, values, self.generated.kernels,
+                            self.compiled.function)
+
+        return verify_call(self.fn, self.example_args, self.example_kwargs, self.captured.result, self,
+                           self.flat_inputs, programs, seed, localise)
 
     def with_fusion(self, forbid: Sequence[tuple[str, str]] = (),
                     force: Sequence[tuple[str, str]] = ()) -> Exploration:

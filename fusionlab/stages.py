@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from fusionlab import reference
 from fusionlab.capture import AtenNode, CaptureResult, InputSpec
 from fusionlab.codegen.kernel import KernelSource
 from fusionlab.codegen.program import KERNEL_PREAMBLE, Program
@@ -116,6 +117,10 @@ class Decomposed(_Stage):
     @property
     def nodes(self) -> tuple[Any, ...]:
         return self.graph.nodes
+
+    def run(self, *flat_inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The graph's outputs, computed node by node with plain torch ops (`fusionlab.reference`)."""
+        return reference.run(self.graph, flat_inputs)
 
     def __repr__(self) -> str:
         kinds: dict[str, int] = {}

@@ -1,0 +1,158 @@
+"""verify(): fresh inputs within the example's range, inputs and buffers compared after the call, and the first
+stage and node where the values part."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import fusionlab as fl
+from fusionlab.primitives import POINTWISE, PointwisePrimitive
+from fusionlab.rules import RULES
+from fusionlab.verify import OutputError, VerifyReport, generated_values, random_like
+
+aten = torch.ops.aten
+
+
+# -- fresh inputs ---------------------------------------------------------------------------------------------------
+def test_index_inputs_are_drawn_within_the_example_range() -> None:
+    report = fl.explore(lambda w, i: w[i], torch.randn(3, 4), torch.tensor([0, 2])).verify()
+    assert report.ok, report.as_text()
+    drawn = random_like(torch.tensor([-1, 5, 2] * 50))
+    assert int(drawn.min()) >= -1 and int(drawn.max()) <= 5 and len(drawn.unique()) > 3
+    assert not bool((drawn == 0).any())  # the example holds no zero (a divisor stays non-zero)
+    assert torch.equal(random_like(torch.full((6,), 7)), torch.full((6,), 7))  # all equal: that value
+    assert bool((random_like(torch.tensor([0, 3] * 50)) == 0).any())  # a zero in the example may be drawn
+
+
+def test_other_dtypes_keep_their_draws() -> None:
+    flags = random_like(torch.zeros(200, dtype=torch.bool))
+    assert flags.any() and not flags.all()
+    floats = random_like(torch.zeros(3, 5))
+    assert floats.abs().sum() > 0 and floats.shape == (3, 5)
+    expanded = random_like(torch.tensor([1, 9]).expand(4, 2))
+    assert expanded.stride() == (0, 1) and bool((expanded >= 1).all() & (expanded <= 9).all())
+
+
+# -- inputs and buffers after the call ------------------------------------------------------------------------------
+def _scale_in_place(a: torch.Tensor) -> torch.Tensor:
+    a.mul_(2)
+    return a.sum()
+
+
+def test_an_input_written_by_the_function_is_compared_after_the_call() -> None:
+    example = torch.randn(4)
+    kept = example.clone()
+    ex = fl.explore(_scale_in_place, example)
+    report = ex.verify(seed=1)
+    assert torch.equal(example, kept)  # verify draws its own inputs: the example is left alone
+    row = next(r for r in report.after_call if r.label == "input 'a' after the call")
+    # What eager and the fused program leave in `a`, independently of verify.
+    eager = torch.randn(4)
+    fused = eager.clone()
+    _scale_in_place(eager)
+    ex(fused)
+    assert row.ok == torch.allclose(eager, fused)
+    assert report.ok == row.ok
+    if not row.ok:  # the outputs agree at every stage: the difference is the write itself
+        assert report.first_divergence is not None and report.first_divergence.stage == "after the call"
+        assert report.first_divergence.node == "input 'a'"
+
+
+def test_inputs_left_alone_are_rows_that_agree() -> None:
+    report = fl.explore(lambda x, y: x + y, torch.randn(3), torch.randn(3)).verify()
+    assert [r.label for r in report.after_call] == ["input 'x' after the call", "input 'y' after the call"]
+    assert report.ok and all(r.ok for r in report.after_call)
+
+
+class Counter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+        self.scale = torch.nn.Parameter(torch.full((4,), 2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        return x * self.scale
+
+
+def test_a_module_buffer_is_compared_and_left_as_eager_leaves_it() -> None:
+    module = Counter()
+    x = torch.randn(4)
+    probe = copy.deepcopy(module)
+    fl.explore(probe, x)(x)
+    fused_writes = int(probe.calls) == 1  # whether the fused program writes the buffer back (as eager does)
+    report = fl.explore(module, x).verify()
+    row = next(r for r in report.after_call if r.label == "buffer 'calls' after the call")
+    assert row.ok == fused_writes
+    assert not any("scale" in r.label for r in report.after_call)  # a parameter neither run changed: no row
+    assert int(module.calls) == 1  # one eager call's effect: the fused run's is undone
+    assert torch.equal(module.scale.detach(), torch.full((4,), 2.0))
+
+
+# -- where the values part ------------------------------------------------------------------------------------------
+def test_a_report_that_agrees_compares_the_stages_only_when_asked() -> None:
+    ex = fl.explore(lambda x: torch.softmax(x, -1) * 2, torch.randn(4, 8))
+    plain = ex.verify()
+    assert plain.ok and plain.stages == () and plain.first_divergence is None
+    taught = ex.verify(localise=True)
+    assert taught.ok and taught.first_divergence is None
+    assert taught.lesson() == "captured == eager; decomposed == captured; generated == decomposed"
+    assert all(check.compared > 0 for check in taught.stages)
+
+
+def test_a_wrong_decomposition_is_found_at_its_aten_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(RULES, aten.cos, lambda b, x: b.pointwise("sin", x))
+    report = fl.explore(lambda x: torch.cos(x).exp() * 2, torch.randn(16)).verify()
+    assert not report.ok
+    divergence = report.first_divergence
+    assert divergence is not None and (divergence.stage, divergence.node) == ("decomposed", "cos")
+    assert "captured matches, decomposed differs" in divergence.text()
+    assert [c.ok for c in report.stages] == [True, False, True]
+    assert report.lesson().startswith("captured == eager; decomposed differs from captured first at cos")
+
+
+def test_a_wrong_kernel_is_found_at_its_first_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(POINTWISE, "exp", PointwisePrimitive("exp", 1, "(tl.exp({0}) * 1.5)"))
+    ex = fl.explore(lambda x: (x.sin().exp() + 1).sum(-1), torch.randn(4, 8), policy="none")
+    report = ex.verify()
+    assert not report.ok
+    divergence = report.first_divergence
+    kernel = next(k.name for k in ex.generated.kernels if "exp" in ex.fused.groups[[g.name for g in
+                                                                                   ex.fused.groups].index(k.group)].nodes)
+    assert divergence is not None and (divergence.stage, divergence.node, divergence.kernel) == ("generated", "exp",
+                                                                                                  kernel)
+    assert f"decomposed matches, generated differs (kernel {kernel}" in divergence.text()
+    assert report.lesson().startswith("captured == eager; decomposed == captured; generated differs from "
+                                      "decomposed first at exp")
+
+
+def test_a_stale_capture_is_found_against_eager() -> None:
+    settings = {"scale": 2.0}
+    ex = fl.explore(lambda x: x * settings["scale"], torch.randn(8))
+    ex.compiled  # noqa: B018 - captured (and compiled) now, with scale 2
+    settings["scale"] = 3.0  # a Python value baked into the graph at capture
+    report = ex.verify()
+    assert report.first_divergence is not None and report.first_divergence.stage == "captured"
+    assert report.stages[0].text().startswith("captured differs from eager first at")
+
+
+def test_generated_values_keep_every_kernel_output() -> None:
+    x = torch.randn(4, 8)
+    ex = fl.explore(lambda t: (t.exp() + 1).sum(-1), x, policy="none")
+    outputs, values, writers = generated_values(ex.compiled.function, ex.generated.kernels, [x])
+    kernel_outputs = {v for g in ex.fused.groups if g.is_kernel for v in g.outputs}
+    assert set(values) == kernel_outputs and set(writers) == kernel_outputs
+    torch.testing.assert_close(values["exp"], x.exp())
+    torch.testing.assert_close(outputs[0], (x.exp() + 1).sum(-1))
+
+
+# -- the views ------------------------------------------------------------------------------------------------------
+def test_the_html_shows_the_stages_and_escapes_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(RULES, aten.cos, lambda b, x: b.pointwise("sin", x))
+    page = fl.explore(lambda x: torch.cos(x) + 1, torch.randn(8)).verify()._repr_html_()
+    assert "first divergence" in page and "<th>stage</th>" in page and "decomposed" in page
+    row = OutputError(0, (2,), torch.float32, 1.0, 1.0, False, "input '<script>' after the call")
+    assert "<script>" not in VerifyReport((), (row,))._repr_html_()
