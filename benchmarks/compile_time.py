@@ -27,9 +27,9 @@ import triton
 
 import fusionlab as fl
 from fusionlab.inductor import compile_inductor, warm_up_inductor
-from fusionlab.workloads import get
+from fusionlab.measure.workloads import get
+from fusionlab.stages import STAGES
 
-STAGES = ("captured", "decomposed", "fused", "generated", "compiled")
 WORKLOADS = ("gpt_block", "layer_norm", "linear_gelu")
 VARIANTS = ("threads", "processes", "inductor")
 

@@ -17,7 +17,7 @@ import torch
 import triton
 
 import fusionlab as fl
-from fusionlab.workloads import get
+from fusionlab.measure.workloads import get
 
 
 def host_ms(run: Callable[[], Any], calls: int = 200) -> float:

@@ -31,9 +31,9 @@ import triton.testing
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import fusionlab as fl  # noqa: E402
+from fusionlab.measure.workloads import get  # noqa: E402
 from fusionlab.runtime.launch import KernelHandle  # noqa: E402
 from fusionlab.runtime.matmul import MatmulShape, choose_matmul, matmul_candidates  # noqa: E402
-from fusionlab.workloads import get  # noqa: E402
 
 TOLERANCE = {"atol": 4e-2, "rtol": 4e-2}  # bf16 outputs of a K-long float32 accumulation, rounded differently
 

@@ -27,7 +27,7 @@ import fusionlab as fl
 import fusionlab.primitives as primitives
 import fusionlab.rules as rules
 import fusionlab.runtime.config as config
-from fusionlab.workloads import get
+from fusionlab.measure.workloads import get
 
 VARIANTS = ("current", "libdevice_erf", "short_rows_8_warps", "transposed_copy")
 

@@ -28,8 +28,8 @@ from triton.compiler import ASTSource
 
 import fusionlab as fl
 import fusionlab.runtime.compile_pool as compile_pool
+from fusionlab.measure.workloads import get
 from fusionlab.runtime.targets import stand_in_gpu
-from fusionlab.workloads import get
 
 H200 = {"sms": 132, "schedulers": 4, "clock_hz": 1.98e9, "copy_bytes_per_s": 4.22e12}
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")

@@ -26,7 +26,7 @@ import triton.language as tl
 import triton.testing
 
 import fusionlab as fl
-from fusionlab import workloads
+from fusionlab.measure import workloads
 from fusionlab.runtime.config import BlockConfig, KernelShape
 from fusionlab.runtime.interpreter import build_module
 

@@ -12,6 +12,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from fusionlab.inductor import warm_up_inductor
+from fusionlab.measure import workloads
+from fusionlab.measure.suite import (
+    kernel_rows,
+    markdown_table,
+    results_stem,
+    run_suite,
+    write_kernel_results,
+    write_results,
+)
+
 __all__ = ["build_parser", "main"]
 
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -58,10 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _bench(arguments: argparse.Namespace) -> int:
-    import torch
-
-    from fusionlab import workloads
-
     if arguments.list:
         for workload in workloads.all_workloads():
             print(f"{workload.name:<18} {workload.bound:<8} {workload.description}")
@@ -82,16 +91,6 @@ def _bench(arguments: argparse.Namespace) -> int:
     if arguments.rounds is not None and arguments.rounds < 1:
         print(f"fusionlab bench: --rounds must be at least 1, got {arguments.rounds}", file=sys.stderr)
         return 2
-
-    from fusionlab.inductor import warm_up_inductor
-    from fusionlab.suite import (
-        kernel_rows,
-        markdown_table,
-        results_stem,
-        run_suite,
-        write_kernel_results,
-        write_results,
-    )
 
     warm_up_inductor(device)  # so that the first workload's cold compile leaves out Inductor's imports
     finished: list[dict[str, Any]] = []

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from fusionlab.devices import model_time
 from fusionlab.explore import Exploration, explore
 from fusionlab.fusion.policy import GroupInfo, Verdict
-from fusionlab.workloads import get
+from fusionlab.measure.devices import model_time
+from fusionlab.measure.workloads import get
 
 __all__ = ["CheckResult", "check_pointwise_only", "check_policy_shape", "check_register_budget",
            "compare_policies", "count_primitives", "exercise_cases"]

@@ -158,8 +158,8 @@ class Exploration:
 
     # -- the measuring and viewing layers (optional extras, imported on use) ----------------------
     def benchmark(self, **options: Any) -> Any:
-        """Timings of eager, fusionlab and Inductor: a `BenchReport` (see fusionlab.bench)."""
-        from fusionlab.bench import benchmark
+        """Timings of eager, fusionlab and Inductor: a `BenchReport` (see fusionlab.measure.bench)."""
+        from fusionlab.measure.bench import benchmark
 
         return benchmark(self, **options)
 

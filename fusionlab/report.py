@@ -5,7 +5,7 @@ few lines of inline script (optional: the page reads fine without it) filter the
 graph. Every name from user code is escaped.
 
     >>> page = exploration_html(ex)                         # or ex.to_html("report.html")
-    $ fusionlab report fusionlab.workloads:softmax --out softmax.html
+    $ fusionlab report fusionlab.measure.workloads:softmax --out softmax.html
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from fusionlab.display.tables import (
     inductor_decisions_table,
     inductor_table,
 )
+from fusionlab.explore import Exploration, explore
+from fusionlab.measure import workloads
 
 __all__ = ["exploration_html", "load_target", "main"]
 
@@ -213,18 +215,15 @@ def _timings(ex: Any, timings: Any) -> str:
 def load_target(target: str) -> Any:
     """`MODULE:FUNCTION` -> an Exploration.
 
-    FUNCTION may be an Exploration; a workload function of `fusionlab.workloads` (its CPU-size inputs are used);
-    a callable with an `example_inputs` attribute; or a function of no arguments that returns an Exploration or
-    `(fn, example_inputs)`. A bare workload name (`softmax`) works too.
+    FUNCTION may be an Exploration; a workload function of `fusionlab.measure.workloads` (its CPU-size inputs are
+    used); a callable with an `example_inputs` attribute; or a function of no arguments that returns an Exploration
+    or `(fn, example_inputs)`. A bare workload name (`softmax`) works too.
     """
-    from fusionlab import workloads
-    from fusionlab.explore import Exploration, explore
-
     if ":" not in target:
         if target in workloads.names():
             fn, inputs = workloads.get(target).build("cpu")
             return explore(fn, *inputs)
-        raise ValueError(f"{target!r} is not MODULE:FUNCTION (for example fusionlab.workloads:softmax) nor a "
+        raise ValueError(f"{target!r} is not MODULE:FUNCTION (for example fusionlab.measure.workloads:softmax) nor a "
                          f"workload name ({', '.join(workloads.names())})")
     module_name, _, attribute = target.partition(":")
     sys.path.insert(0, str(Path.cwd()))

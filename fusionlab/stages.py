@@ -25,6 +25,9 @@ from fusionlab.names import comment
 from fusionlab.runtime.launch import KernelHandle
 from fusionlab.runtime.runnable import LaunchRecord, Runnable
 
+STAGES = ("captured", "decomposed", "fused", "generated", "compiled")
+"""The stage names in pipeline order: each is an `Exploration` attribute holding that stage object."""
+
 
 def _html(stage: Any) -> str:
     title = html.escape(repr(stage))

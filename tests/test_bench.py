@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import fusionlab as fl
-from fusionlab import workloads
-from fusionlab.bench import BenchReport, BenchRow, benchmark, recorded_results
-from fusionlab.devices import PROFILES, model_time
-from fusionlab.workloads import tensor_bytes
+from fusionlab.measure import workloads
+from fusionlab.measure.bench import BenchReport, BenchRow, benchmark, recorded_results
+from fusionlab.measure.devices import PROFILES, model_time
+from fusionlab.measure.workloads import tensor_bytes
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_cuda_benchmark_is_measured_per_kernel() -> None:
 
 
 def test_programs_take_turns_in_rounds_whose_order_rotates(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fusionlab.bench as bench
+    import fusionlab.measure.bench as bench
 
     order: list[str] = []
     monkeypatch.setattr(bench, "_time", lambda run, device, repeat: run())

@@ -7,7 +7,14 @@ import time
 import pytest
 import torch
 
-from fusionlab.devices import PROFILES, DeviceProfile, get_profile, measure_copy_bandwidth, model_time, profile_names
+from fusionlab.measure.devices import (
+    PROFILES,
+    DeviceProfile,
+    get_profile,
+    measure_copy_bandwidth,
+    model_time,
+    profile_names,
+)
 
 
 def test_profiles_are_labelled_and_ordered_by_bandwidth() -> None:

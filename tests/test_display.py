@@ -18,7 +18,7 @@ from fusionlab.display.plots import figure_png, figure_svg, kernel_figure, roofl
 from fusionlab.display.render import INSTALL_DOT, graph_html, render_svg
 from fusionlab.display.source import diff_html, highlight_html, source_panel
 from fusionlab.display.tables import Html, decisions_table, edges_table, frame_table, groups_table, html_table
-from fusionlab.workloads import get
+from fusionlab.measure.workloads import get
 
 needs_dot = pytest.mark.skipif(render_module.find_dot() is None, reason="Graphviz's dot is not installed")
 

@@ -7,8 +7,7 @@ import time
 import torch
 
 import fusionlab as fl
-
-STAGES = ("captured", "decomposed", "fused", "generated", "compiled")
+from fusionlab.stages import STAGES
 
 
 def test_stage_seconds_do_not_include_earlier_stages() -> None:

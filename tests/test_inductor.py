@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from fusionlab.inductor import compile_inductor, inductor_view
-from fusionlab.inductor_records import InductorDecision, InductorKernel, InductorView, captured_pairs, match_nodes
+from fusionlab.inductor.records import InductorDecision, InductorKernel, InductorView, captured_pairs, match_nodes
 
 
 def gelu_softmax_and_column_sum(x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,7 +148,7 @@ def test_matching_by_op_and_order() -> None:
 
 
 def test_kernel_names_split_into_aten_ops() -> None:
-    from fusionlab.inductor import _ops_from_name
+    from fusionlab.inductor.adapter import _ops_from_name
 
     assert _ops_from_name("cpp_fused__softmax_add_gelu_sum_0") == ("_softmax", "add", "gelu", "sum")
     assert _ops_from_name("triton_per_fused_native_layer_norm_3") == ("native_layer_norm",)

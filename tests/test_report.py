@@ -81,21 +81,21 @@ def test_a_failing_part_is_reported_on_the_page() -> None:
 
 def test_cli_report_writes_the_page(tmp_path: Path) -> None:
     out = tmp_path / "softmax.html"
-    assert cli.main(["report", "fusionlab.workloads:softmax", "--out", str(out)]) == 0
+    assert cli.main(["report", "fusionlab.measure.workloads:softmax", "--out", str(out)]) == 0
     page = out.read_text(encoding="utf-8")
     assert "fusionlab: softmax" in page and "<svg" in page and not _external_references(page)
 
 
 def test_report_targets() -> None:
     assert load_target("softmax").fused.kernels
-    assert load_target("fusionlab.workloads:gelu_bias").fused.kernels
+    assert load_target("fusionlab.measure.workloads:gelu_bias").fused.kernels
     with pytest.raises(ValueError, match="needs example inputs"):
         load_target("torch.nn.functional:gelu")
     with pytest.raises(ValueError, match="no attribute"):
-        load_target("fusionlab.workloads:nothing_here")
+        load_target("fusionlab.measure.workloads:nothing_here")
     with pytest.raises(ValueError, match="MODULE:FUNCTION"):
         load_target("no_such_workload")
-    assert cli.main(["report", "fusionlab.workloads:nothing_here", "--out", "unused.html"]) == 2
+    assert cli.main(["report", "fusionlab.measure.workloads:nothing_here", "--out", "unused.html"]) == 2
 
 
 def test_cli_report_without_timings(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from fusionlab.suite import SUITE_COLUMNS, markdown_table, results_stem, write_results
+from fusionlab.measure.suite import SUITE_COLUMNS, markdown_table, results_stem, write_results
 
 
 def row(**values: object) -> dict[str, object]:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from fusionlab.timing import (
+from fusionlab.measure.timing import (
     assert_outputs_close,
     count_flops,
     count_launches,

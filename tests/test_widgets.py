@@ -13,7 +13,7 @@ from torch import nn
 
 import fusionlab as fl
 from fusionlab.display import render as render_module
-from fusionlab.inductor_records import InductorKernel, InductorView
+from fusionlab.inductor.records import InductorKernel, InductorView
 from fusionlab.widgets import Explorer, GraphView, SourceCompare, StageStepper, StageView, TimingPlot, stage_widget
 from fusionlab.widgets.base import frontend_path
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import fusionlab as fl
-from fusionlab import workloads
-from fusionlab.workloads import GPTBlock, Workload, tensor_bytes
+from fusionlab.measure import workloads
+from fusionlab.measure.workloads import GPTBlock, Workload, tensor_bytes
 
 REQUIRED = {"gelu_bias", "softmax", "layer_norm", "rms_norm", "swiglu", "add_layer_norm", "linear_gelu", "gpt_block"}
 
@@ -55,7 +55,7 @@ def test_inputs_are_reproducible_and_module_weights_frozen() -> None:
 
 
 def test_gpt_block_flops_match_pytorch_count() -> None:
-    from fusionlab.timing import count_flops
+    from fusionlab.measure.timing import count_flops
 
     block, inputs = workloads.get("gpt_block").build("cpu", "cpu")
     assert workloads.get("gpt_block").flops(inputs) == count_flops(block, inputs)

@@ -1,6 +1,6 @@
 """Timing charts from benchmark rows: programs side by side, the per-kernel breakdown, and a roofline.
 
-Rows are `fusionlab.bench_report.BenchRow`s (or anything with the same attributes), so a chart can be drawn
+Rows are `fusionlab.measure.report.BenchRow`s (or anything with the same attributes), so a chart can be drawn
 from the rows received so far while a benchmark runs. Measured, modelled and recorded figures go in separate
 panels, each titled with what it is: a CPU's wall clock, a model of a GPU, or a GPU run shipped with fusionlab.
 Figures are `matplotlib.figure.Figure` objects (no pyplot state); `figure_png` / `figure_svg` serialise them.

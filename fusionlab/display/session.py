@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from fusionlab.inductor_records import InductorView
+from fusionlab.inductor.records import InductorView
 
 __all__ = ["inductor_for", "load_inductor"]
 

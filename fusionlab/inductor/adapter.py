@@ -27,7 +27,7 @@ from unittest import mock
 
 import torch
 
-from fusionlab.inductor_records import (
+from fusionlab.inductor.records import (
     CapturedNodes,
     InductorDecision,
     InductorKernel,
@@ -35,7 +35,7 @@ from fusionlab.inductor_records import (
     captured_pairs,
     match_nodes,
 )
-from fusionlab.timing import device_of
+from fusionlab.measure.timing import device_of
 
 __all__ = [
     "InductorDecision",

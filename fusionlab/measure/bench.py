@@ -24,10 +24,11 @@ from typing import Any
 
 import torch
 
-from fusionlab.bench_report import BenchReport, BenchRow, recorded_results
-from fusionlab.devices import DeviceProfile, get_profile, measure_copy_bandwidth, model_time
+from fusionlab.explore import explore
 from fusionlab.inductor import InductorView, compile_inductor, inductor_view
-from fusionlab.timing import (
+from fusionlab.measure.devices import DeviceProfile, get_profile, measure_copy_bandwidth, model_time
+from fusionlab.measure.report import BenchReport, BenchRow, recorded_results
+from fusionlab.measure.timing import (
     assert_outputs_close,
     count_flops,
     count_launches,
@@ -38,7 +39,8 @@ from fusionlab.timing import (
     median_wall_ms,
     node_flops,
 )
-from fusionlab.workloads import find, tensor_bytes
+from fusionlab.measure.workloads import find, tensor_bytes
+from fusionlab.stages import STAGES
 
 __all__ = ["BenchReport", "BenchRow", "benchmark", "recorded_results"]
 
@@ -99,8 +101,7 @@ def benchmark(
             _synchronize(where)
             first_call = time.perf_counter() - start
         assert_outputs_close(actual, expected, f"fusionlab's program for {name}")
-        stages = ("captured", "decomposed", "fused", "generated", "compiled")
-        fusionlab_compile = sum(getattr(exploration, s).seconds for s in stages)
+        fusionlab_compile = sum(getattr(exploration, stage).seconds for stage in STAGES)
         if where.type == "cuda":
             fusionlab_compile += first_call  # Triton's JIT runs on the first call
 
@@ -282,8 +283,6 @@ def _fusionlab_kernel_bytes(exploration: Any) -> dict[str, int]:
 
 def _unfused_groups(exploration: Any) -> list[Any] | None:
     """The plan with no fusion at all (one kernel per primitive): what eager would move, roughly."""
-    from fusionlab.explore import explore
-
     try:
         plain = explore(exploration.fn, *exploration.example_inputs, policy="none", **exploration.example_kwargs)
         return [g for g in plain.fused.groups if g.kind in _LAUNCHING_KINDS]

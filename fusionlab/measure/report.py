@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from fusionlab.devices import DeviceProfile
+from fusionlab.measure.devices import DeviceProfile
 
 __all__ = ["BenchReport", "BenchRow", "RECORDED_RESULTS", "recorded_results"]
 
-RECORDED_RESULTS = Path(__file__).parent / "data" / "bench_h200.csv"
+RECORDED_RESULTS = Path(__file__).parent.parent / "data" / "bench_h200.csv"
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from fusionlab.bench import BenchReport, benchmark
-from fusionlab.bench_report import format_cell
-from fusionlab.devices import DeviceProfile
 from fusionlab.explore import explore
-from fusionlab.workloads import Size, Workload, default_dtype, get, names
+from fusionlab.measure.bench import BenchReport, benchmark
+from fusionlab.measure.devices import DeviceProfile
+from fusionlab.measure.report import format_cell
+from fusionlab.measure.workloads import Size, Workload, default_dtype, get, names
 
 __all__ = ["KERNEL_COLUMNS", "SUITE_COLUMNS", "kernel_rows", "markdown_table", "results_stem", "run_suite",
            "summary_row", "write_kernel_results", "write_results"]
@@ -65,7 +65,7 @@ def run_suite(
     on_report: Callable[[BenchReport], None] | None = None,
 ) -> tuple[dict[str, Any], ...]:
     """Benchmark the named workloads (all by default) and return one summary row each; `rounds` as in
-    `fusionlab.bench.benchmark` (default: 5 on CUDA, 1 on a CPU). `on_report` gets each workload's whole
+    `fusionlab.measure.bench.benchmark` (default: 5 on CUDA, 1 on a CPU). `on_report` gets each workload's whole
     `BenchReport` (its per-kernel rows: `kernel_rows`).
 
     A workload that fails leaves a row with its `error` filled in, and the suite goes on.

@@ -1,4 +1,4 @@
-"""Measuring tools for `fusionlab.bench`: timers, launch counters, FLOP counts, fresh inputs, tolerances.
+"""Measuring tools for `fusionlab.measure.bench`: timers, launch counters, FLOP counts, fresh inputs, tolerances.
 
 On CUDA, times are CUDA-event medians (`triton.testing.do_bench`) and launches come from the profiler.
 On a CPU, times are wall-clock medians and eager "launches" are the aten operator calls that do work.

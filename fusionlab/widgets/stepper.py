@@ -19,13 +19,11 @@ from fusionlab.display import style
 from fusionlab.display.graph import resolve_stage
 from fusionlab.display.source import highlight_html
 from fusionlab.display.tables import decisions_table
-from fusionlab.stages import Fused
+from fusionlab.stages import STAGES, Fused
 from fusionlab.widgets.base import StaticFallback
 from fusionlab.widgets.graph_view import GraphView
 
 __all__ = ["STAGES", "StageStepper", "decision_card"]
-
-STAGES = ("captured", "decomposed", "fused", "generated", "compiled")
 
 
 def decision_card(fused: Fused, step: int) -> str:
