@@ -31,7 +31,10 @@ def _alarm(signum: int, frame: Any) -> None:
 
 def run_seed(seed: int) -> tuple[int, tuple[str, ...], list[Result]]:
     """One program, every runner; a hang counts as a crash."""
-    program = generate(seed)
+    try:
+        program = generate(seed)
+    except Exception as error:  # noqa: BLE001 - a generator bug: reported, not counted against fusionlab
+        return seed, ("generator",), [Result("generator", "crashed", repr(error), f"generator: {error!r}"[:120])]
     results = []
     for runner in program.runners:
         previous = signal.signal(signal.SIGALRM, _alarm)
@@ -104,19 +107,20 @@ def run_campaign(seeds: Iterable[int], processes: int = 2, out_dir: Path | None 
     return summary
 
 
-def write_repros(summary: Summary, out_dir: Path, shrink_failures: bool, per_signature: int = 1) -> list[Path]:
-    """One runnable file per distinct failure (its first seed), shrunk if asked."""
+def write_repros(summary: Summary, out_dir: Path, shrink_failures: bool, per_signature: int = 1,
+                 most: int = 60) -> list[Path]:
+    """One runnable file per distinct failure (its first seed; the `most` most frequent), shrunk if asked."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for number, ((runner, outcome, _), seeds) in enumerate(sorted(summary.failures.items(),
-                                                                  key=lambda item: -len(item[1]))):
+    ranked = sorted(summary.failures.items(), key=lambda item: -len(item[1]))[:most]
+    for number, ((runner, outcome, _), seeds) in enumerate(ranked):
         for seed in sorted(seeds)[:per_signature]:
             program = generate(seed)
             failure = run(program, runner)
             if failure.outcome not in ("wrong", "crashed"):
                 continue
             if shrink_failures:
-                program = shrink(program, failure)
+                program = shrink(program, failure, budget=30)
                 failure = run(program, runner)
             path = out_dir / f"{number:03d}_{outcome}_{runner}_seed{seed}.py"
             path.write_text(program.repro(runner, f"{failure.outcome}: {failure.detail}") +
