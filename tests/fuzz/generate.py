@@ -309,7 +309,8 @@ def casts(b: Builder) -> str | None:
         # Out-of-range float-to-int casts are undefined in C and differ between backends: keep them in range.
         info = torch.iinfo(target)
         values = [ns[a].double() for ns in b.namespaces]
-        if not all(bool(v.isfinite().all()) and float(v.abs().amax()) < min(info.max, 2**31) for v in values if v.numel()):
+        limit = min(info.max, 2**31)
+        if not all(bool(v.isfinite().all()) and float(v.abs().amax()) < limit for v in values if v.numel()):
             return None
     form = b.rng.randrange(8)
     if form == 0:
