@@ -94,10 +94,11 @@ def _pow(b: Builder, x: Any, y: Any) -> Ref:
     return b.pointwise("pow", x, y)
 
 
-for _name in ("mul", "maximum", "minimum", "atan2", "fmod", "remainder", "floor_divide", "bitwise_and",
+for _name in ("mul", "maximum", "minimum", "fmod", "remainder", "floor_divide", "bitwise_and",
               "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
               "logical_xor"):
     RULES[getattr(aten, _name)] = _binary(_name)
+RULES[aten.atan2] = lambda b, x, y: b.pointwise("atan2", *_float_operands(b, x, y))  # integers promote first
 RULES[aten.add] = _add
 RULES[aten.sub] = _sub
 RULES[aten.rsub] = _rsub
