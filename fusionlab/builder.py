@@ -32,6 +32,10 @@ KERNEL_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.f
                            torch.int16, torch.int8, torch.uint8, torch.bool})
 
 
+# Integer ops that divide: a zero divisor raises in eager PyTorch.
+INTEGER_DIVISIONS = frozenset({"floor_divide", "remainder", "fmod"})
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Half-precision values are computed in float32 and stored in their own dtype."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -157,6 +161,13 @@ class Builder:
             raise RuleNotApplicable(f"{op} takes {primitive.arity} operands, got {len(operands)}")
         data = operands[1:] if op == "where" else operands
         common = self.result_dtype(*data)
+        if op in INTEGER_DIVISIONS and not (common.is_floating_point or common.is_complex):
+            divisor = operands[1]
+            if isinstance(divisor, Ref) or not divisor:
+                # Eager raises ZeroDivisionError for an integer division by zero; a kernel cannot raise, and would
+                # return whatever the hardware gives. A divisor that is a tensor (or zero) runs eagerly instead.
+                raise RuleNotApplicable(f"integer {op} by {'a tensor' if isinstance(divisor, Ref) else divisor}: "
+                                        "a zero divisor must raise ZeroDivisionError, as eager does")
         if primitive.returns_bool:
             out_dtype = torch.bool
         else:

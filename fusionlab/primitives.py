@@ -69,7 +69,7 @@ _TABLE: list[tuple[str, int, str]] = [
     ("fmod", 2, "libdevice.fmod({0}, {1})"),
     ("remainder", 2, "tl.where((libdevice.fmod({0}, {1}) != 0) & ((libdevice.fmod({0}, {1}) < 0) != ({1} < 0)), "
                      "libdevice.fmod({0}, {1}) + {1}, libdevice.fmod({0}, {1}))"),
-    ("floor_divide", 2, "tl.floor({0} / {1})"),
+    ("floor_divide", 2, "_floor_divide({0}, {1})"),  # the preamble's: PyTorch's definition, not floor(a / b)
     ("maximum", 2, f"tl.maximum({{0}}, {{1}}, propagate_nan={_NAN})"),
     ("minimum", 2, f"tl.minimum({{0}}, {{1}}, propagate_nan={_NAN})"),
     ("where", 3, "tl.where({0}, {1}, {2})"),
@@ -109,6 +109,7 @@ FLOAT32_OVERRIDES: dict[str, str] = {
 INTEGER_OVERRIDES: dict[str, str] = {
     "remainder": "tl.where((({0} % {1}) != 0) & ((({0} % {1}) < 0) != ({1} < 0)), ({0} % {1}) + {1}, {0} % {1})",
     "floor_divide": "(({0} // {1}) - (((({0} % {1}) != 0) & ((({0} % {1}) < 0) != ({1} < 0))).to({0}.dtype)))",
+    "fmod": "({0} % {1})",  # Triton's integer % truncates, as C's and fmod do (libdevice.fmod is for floats)
     "abs": "tl.where({0} < 0, -{0}, {0})",
     "sign": "tl.where({0} > 0, 1, tl.where({0} < 0, -1, 0))",
     "logical_not": "({0} == 0)",

@@ -20,7 +20,7 @@ import torch
 from fusionlab.builder import compute_dtype
 from fusionlab.codegen import welford
 from fusionlab.codegen.kinds import KernelKind, kernel_kind
-from fusionlab.fusion.domain import Domain, alignment, non_unit
+from fusionlab.fusion.domain import Domain, alignment, non_unit, reads_own_row, store_map, value_map, view_map
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Node, Ref, static_value
 from fusionlab.names import Namer, comment
@@ -77,17 +77,47 @@ class KernelSource:
         return ("XBLOCK", "EVEN_X") if self.kind == "pointwise" else ("XBLOCK", "RBLOCK", "EVEN_X", "EVEN_R")
 
 
-def _literal(value: object, dtype: torch.dtype) -> str:
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+# Ops whose Python-number operand PyTorch keeps at float32 precision for half-precision tensors (its kernels read
+# it with `original_scalar_value`); other ops convert the number to the tensor's dtype first, so that `h > 1.1` on
+# bfloat16 compares with 1.1015625 (checked against eager on CPU: add, sub, comparisons, fmod, remainder, pow).
+UNROUNDED_SCALAR_OPS = frozenset({"mul", "div", "floor_divide"})
+
+
+def _literal(value: object, dtype: torch.dtype, op: str = "") -> str:
+    """A Python number as a Triton literal of `dtype` (a value's own dtype; half precision computes in float32)."""
     if isinstance(value, bool):
         return "1" if value else "0"
+    if dtype in HALF_DTYPES and op not in UNROUNDED_SCALAR_OPS:
+        value = float(torch.tensor(float(value), dtype=torch.float64).to(dtype))  # type: ignore[arg-type]
     if dtype.is_floating_point:
         number = float(value)  # type: ignore[arg-type]
+        text = repr(number)
         if number != number:
-            return 'float("nan")'
-        if number in (float("inf"), float("-inf")):
-            return 'float("inf")' if number > 0 else 'float("-inf")'
-        return repr(number)
+            text = 'float("nan")'
+        elif number in (float("inf"), float("-inf")):
+            text = 'float("inf")' if number > 0 else 'float("-inf")'
+        if dtype == torch.float64:
+            # Triton makes a Python float a float32 constant: 0.1 would lose its float64 digits, and libdevice's
+            # fmod(a, 2.0) would run in float32.
+            return f"tl.full([], {text}, tl.float64)"
+        return text
     return repr(int(value))  # type: ignore[call-overload]
+
+
+def convert(expr: str, source: torch.dtype, target: torch.dtype) -> str:
+    """`expr` (computed in `source`) converted to `target`, kept in `target`'s compute dtype.
+
+    PyTorch converts to a half dtype through float32 (c10::Half(float), c10::BFloat16(float)): float64 and integer
+    values are rounded to float32 first, then to the half dtype. bfloat16 goes through the preamble's helpers,
+    which Triton's interpreter cannot get wrong."""
+    if target == torch.bfloat16:
+        return f"_round_bfloat16({expr})"
+    if target == torch.float16:
+        widened = expr if source == torch.float32 else f"{expr}.to(tl.float32)"
+        return f"{widened}.to(tl.float16).to(tl.float32)"
+    return f"{expr}.to({TRITON_DTYPES[target]})"
 
 
 def _mask(index: str, numel: str, even: str, shape: str) -> str:
@@ -202,15 +232,7 @@ class KernelWriter:
 
     def map_for(self, shape: Sequence[object], level: str) -> IndexMap:
         """Align a stored or loaded shape with the domain (full) or its outer dimensions (row)."""
-        targets = list(range(len(self.domain.shape))) if level == "full" else list(self.domain.outer)
-        targets = [t for t in targets if self.domain.shape[t] != 1]
-        result: list[int | None] = []
-        for size in shape:
-            if size == 1:
-                result.append(None)
-            else:
-                result.append(targets.pop(0))
-        return tuple(result)
+        return value_map(shape, self.domain, level)  # type: ignore[arg-type]
 
     def _flat_offset(self, index_map: IndexMap) -> str | None:
         """The offset of a dense row-major value read at `index_map`, when no div/mod is needed."""
@@ -261,16 +283,20 @@ class KernelWriter:
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, value: str, index_map: IndexMap, scope: _Scope) -> str:
-        if value in self.globals:
-            return self.globals[value]
+        node = self.graph[value]
+        if value in self.members and node.kind == "reduction":
+            # A reduction result exists for the kernel's own rows only ([XBLOCK, 1]): fusion
+            # (domain.misread_reduction) keeps out a group that reads one at another index, where reusing it
+            # would be silently wrong.
+            if not reads_own_row(node, index_map, self.domain):
+                raise AssertionError(f"{self.name}: {value} is read at {index_map}, not at its own row: the fusion "
+                                     "pass should have kept this reduction in a kernel of its own")
+            return self._reduce(node, scope)
         key = (value, index_map)
         if key in scope.cache:
             return scope.cache[key]
-        node = self.graph[value]
         if value not in self.members:
             expr = self._load(node, index_map, scope)
-        elif node.kind == "reduction":
-            return self._reduce(node, scope)
         elif node.kind == "view":
             return self.emit(node.inputs[0], self._view_map(node, index_map), scope)
         else:
@@ -296,17 +322,14 @@ class KernelWriter:
             # One element for the whole block: make it a block, as Triton's scalars and blocks mix unevenly
             # (the interpreter cannot `&` a scalar comparison with a block one).
             load = f"tl.broadcast_to({load}, {f'[{self.x_block}, 1]' if self.two_d else f'[{self.x_block}]'})"
-        if compute_dtype(dtype) != dtype:
+        if dtype == torch.bfloat16:
+            load = f"_from_bfloat16({load})"
+        elif compute_dtype(dtype) != dtype:
             load += f".to({TRITON_DTYPES[compute_dtype(dtype)]})"
         return load
 
     def _view_map(self, node: Node, index_map: IndexMap) -> IndexMap:
-        source = self.graph[node.inputs[0]].type.shape
-        if node.op == "expand":
-            return tuple(m if source[i] == node.type.shape[i] else None for i, m in enumerate(index_map))
-        # A size-1 reshape: carry the non-unit dimensions across in order.
-        carried = [m for m, size in zip(index_map, node.type.shape) if size != 1]
-        return tuple(None if size == 1 else carried.pop(0) for size in source)
+        return view_map(self.graph, node, index_map)
 
     def _concatenate(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
         """cat along `dim`: each input is read at the domain index shifted by the sizes before it."""
@@ -316,7 +339,9 @@ class KernelWriter:
         domain_dim = entry.dim if isinstance(entry, Shift) else entry
         assert domain_dim is not None, "a concatenation along a broadcast dimension"
         pieces, start = [], base
-        for index, (value, size) in enumerate(zip(node.inputs, node.param("sizes"))):
+        # Positional arguments, not `node.inputs`: that drops repeats, and cat([a, a]) reads `a` twice.
+        parts = [arg.name for arg in node.args if isinstance(arg, Ref)]
+        for index, (value, size) in enumerate(zip(parts, node.param("sizes"), strict=True)):
             length = self._argument(f"cat_{node.name}_{index}", "scalar", expr=str(size))
             shifted = tuple(Shift(domain_dim, start, length) if d == dim else e for d, e in enumerate(index_map))
             end = f"{start} + {length}" if start != "0" else length
@@ -337,27 +362,41 @@ class KernelWriter:
         operands = []
         for index, arg in enumerate(node.args):
             if isinstance(arg, Ref):
-                operands.append(self.emit(arg.name, index_map, scope))
+                operands.append(self._rounded(arg.name, self.emit(arg.name, index_map, scope), node.type.dtype))
             else:
                 kind = operand_dtype if not (node.op == "where" and index == 0) else torch.bool
-                operands.append(_literal(arg, compute_dtype(kind)))
+                operands.append(_literal(arg, kind, node.op))
         if node.op == "cast":
             source = self.graph[node.inputs[0]].type.dtype
             target = node.param("dtype")
-            if target == torch.bool:
-                return f"({operands[0]} != 0)"
-            expr = f"{operands[0]}.to({TRITON_DTYPES[target]})"
-            if compute_dtype(target) != target:
-                expr += f".to({TRITON_DTYPES[compute_dtype(target)]})"
             if source == target:
                 return operands[0]
-            return expr
+            if target == torch.bool:
+                return f"({operands[0]} != 0)"
+            return convert(operands[0], compute_dtype(source), target)
         primitive = POINTWISE[node.op]
         if not operand_dtype.is_floating_point and node.op in INTEGER_OVERRIDES:
             return INTEGER_OVERRIDES[node.op].format(*operands)
         if compute_dtype(operand_dtype) == torch.float32 and node.op in FLOAT32_OVERRIDES:
             return FLOAT32_OVERRIDES[node.op].format(*operands)
         return primitive.render(operands)
+
+    def _rounded(self, value: str, expr: str, consumer: torch.dtype) -> str:
+        """`expr` rounded to its half-precision dtype where a node of another dtype reads it.
+
+        Half-precision values are computed in float32; a chain that stays in one half dtype keeps that precision
+        (within the dtype's tolerance), but a value that leaves it (a cast to float32 or an integer, a comparison,
+        an argmax) must be the value PyTorch rounded: bfloat16's `(h * 1.1).float()` differs by up to an ulp, and
+        `h * 1.1 > 1.0` flips where the rounding crosses 1.0. Values loaded from memory are already rounded."""
+        dtype = self.graph[value].type.dtype
+        if dtype not in HALF_DTYPES or dtype == consumer:
+            return expr
+        source = self.graph[value]
+        while source.kind == "view" and source.name in self.members:
+            source = self.graph[source.inputs[0]]
+        if source.name not in self.members or source.op == "cast":  # a load, or rounded by its cast
+            return expr
+        return convert(expr, torch.float32, dtype)
 
     def _reduce(self, node: Node, scope: _Scope) -> str:
         if node.name in self.globals:
@@ -375,7 +414,7 @@ class KernelWriter:
         result = self.namer.identifier(node.name)
         keep = "[:, None]"
         if self.persistent:
-            value = self.emit(source.name, self.full_map(), self.top)
+            value = self._rounded(source.name, self.emit(source.name, self.full_map(), self.top), node.type.dtype)
             masked = f"tl.where(mask, {value}, {identity})"
             if node.op in ("argmax", "argmin"):
                 lanes = "tl.broadcast_to(rindex, [XBLOCK, RBLOCK]).to(tl.int64)"
@@ -401,7 +440,7 @@ class KernelWriter:
             if node.op in ("argmax", "argmin"):
                 lines.append(f"    {positions} = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
             loop = self._open_loop()
-            value = self.emit(source.name, self.full_map(), loop)
+            value = self._rounded(source.name, self.emit(source.name, self.full_map(), loop), node.type.dtype)
             masked = f"tl.where(mask, {value}, {identity})"
             pad = loop.indent
             update = {
@@ -470,10 +509,9 @@ class KernelWriter:
     def _store(self, value: str, scope: _Scope) -> None:
         node = self.graph[value]
         level = alignment(node.type.shape, self.domain) or "full"
-        index_map = self.map_for(node.type.shape, level)
-        if level == "full" and node.op in ("expand", "reshape") and node.kind == "view":
-            index_map = self.full_map() if non_unit(node.type.shape) == non_unit(self.domain.shape) else index_map
-        expr = self.emit(value, index_map, scope)
+        expr = self.emit(value, store_map(node, self.domain), scope)
+        if node.type.dtype == torch.bfloat16:
+            expr = f"_to_bfloat16({expr})"  # tl.store's own conversion truncates under Triton's interpreter
         pointer = self._argument(f"out_{value}", "output", value)
         if level == "row":
             offset = "xindex"

@@ -1,16 +1,25 @@
 """The head of every generated kernel module: the Triton helpers its kernels call.
 
-Combine functions for `tl.reduce` that treat NaN as PyTorch does, and `_erf`, the float32 erf that float32 and
-half-precision values use (`primitives.FLOAT32_OVERRIDES`; its coefficients come from scripts/fit_erf.py). The
-source views show it above the kernels, so a reader sees every function a kernel calls.
+Combine functions for `tl.reduce` that treat NaN as PyTorch does; `_erf`, the float32 erf that float32 and
+half-precision values use (`primitives.FLOAT32_OVERRIDES`; its coefficients come from scripts/fit_erf.py); and
+the bfloat16 conversions every bfloat16 value goes through. The source views show it above the kernels, so a
+reader sees every function a kernel calls.
 """
 
 from __future__ import annotations
 
 # Combine functions for tl.reduce: max/min reductions let NaN win and argmax/argmin take the first NaN, else the
 # first extreme value, as PyTorch does (tl.max and tl.argmax ignore NaN).
-KERNEL_PREAMBLE = '''import triton
+KERNEL_PREAMBLE = '''import os
+
+import triton
 import triton.language as tl
+
+# Triton's interpreter (3.6 to 3.9) converts float32 to bfloat16 by cutting the mantissa, integers and booleans
+# by reusing their bits (0 or NaN), and bfloat16 subnormals to float32 wrongly. A module built for it
+# (TRITON_INTERPRET=1 while it runs, which is also how Triton picks the interpreter; see runtime/interpreter.py)
+# converts with integer operations instead; compiled for a GPU, the native conversion (round to nearest even) stays.
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
 
 @triton.jit
@@ -66,4 +75,56 @@ def _erf(a):
     far = 1.0 - tl.exp2(q * (-t) - t)  # |a| >= 1: 1 - 2^(-t - t * Q(t)), then a's sign bit
     far = (far.to(tl.uint32, bitcast=True) | (a.to(tl.uint32, bitcast=True) & 0x80000000)).to(tl.float32, bitcast=True)
     return tl.where(t < 1.0, near, far)
+
+
+@triton.jit
+def _floor_divide(a, b):
+    # PyTorch's floor division of floating values (c10::div_floor_floating): from fmod, not floor(a / b), which
+    # rounds first (1.0 / 0.1 is 10.0 in float32, 1.0 // 0.1 is 9.0). A zero quotient keeps the sign of a / b;
+    # a zero divisor gives a / b.
+    mod = libdevice.fmod(a, b)
+    div = (a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
+    floored = tl.floor(div)
+    floored = tl.where(div - floored > 0.5, floored + 1.0, floored)
+    floored = tl.where(div == 0, (a / b) * 0.0, floored)  # |a / b| < 1 here: a signed zero
+    return tl.where(b == 0, a / b, floored)
+
+
+@triton.jit
+def _bfloat16_bits(a):
+    # The bfloat16 nearest to float32 `a` (ties to even), as its 16 bits in a uint32. Exact for subnormals; a
+    # carry out of the mantissa rounds up to infinity; NaN stays NaN (PyTorch's quiet NaN, 0x7FC0).
+    bits = a.to(tl.uint32, bitcast=True)
+    bits = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+    return tl.where(a != a, 0x7FC0, bits)
+
+
+@triton.jit
+def _to_bfloat16(a):
+    # As PyTorch converts (c10::BFloat16(float)): integers, booleans and float64 become float32 first.
+    a = a.to(tl.float32)
+    if _INTERPRETED:
+        return _bfloat16_bits(a).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return a.to(tl.bfloat16)
+
+
+@triton.jit
+def _round_bfloat16(a):
+    # `a` rounded to a bfloat16 value, kept in float32 (kernels compute on bfloat16 values in float32).
+    a = a.to(tl.float32)
+    if _INTERPRETED:
+        return (_bfloat16_bits(a) << 16).to(tl.float32, bitcast=True)
+    else:
+        return a.to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _from_bfloat16(a):
+    # bfloat16 is the top half of a float32: exact (the interpreter's own conversion loses subnormals).
+    if _INTERPRETED:
+        return (a.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    else:
+        return a.to(tl.float32)
 '''

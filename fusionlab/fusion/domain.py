@@ -13,9 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from fusionlab.ir import Dim, Graph, Node
+from fusionlab.ir import Dim, Graph, Node, Ref
 from fusionlab.primitives import INDEX_VIEWS
+
+# For each dimension of a value: the domain dimension it follows, or None (a broadcast). Code generation adds its
+# own entries (a concatenation slice); `view_map` carries any entry through unchanged.
+IndexMap = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,83 @@ def alignment(shape: Sequence[Dim], domain: Domain) -> str | None:
     return None
 
 
+def value_map(shape: Sequence[Dim], domain: Domain, level: str) -> IndexMap:
+    """Align a stored or loaded shape with the domain ("full") or its outer dimensions ("row"), in order."""
+    targets = list(range(len(domain.shape))) if level == "full" else list(domain.outer)
+    targets = [t for t in targets if domain.shape[t] != 1]
+    return tuple(None if size == 1 else targets.pop(0) for size in shape)
+
+
+def store_map(node: Node, domain: Domain) -> IndexMap:
+    """The index map a kernel stores `node` at: its own row for a reduced value, every dimension otherwise."""
+    level = alignment(node.type.shape, domain) or "full"
+    if level == "full" and node.kind == "view" and node.op in ("expand", "reshape") \
+            and non_unit(node.type.shape) == non_unit(domain.shape):
+        return tuple(range(len(domain.shape)))
+    return value_map(node.type.shape, domain, level)
+
+
+def view_map(graph: Graph, node: Node, index_map: IndexMap) -> IndexMap:
+    """The index map of an index-only view's input, given the map the view is read at."""
+    source = graph[node.inputs[0]].type.shape
+    if node.op == "expand":
+        return tuple(m if source[i] == node.type.shape[i] else None for i, m in enumerate(index_map))
+    # A size-1 reshape: carry the non-unit dimensions across in order.
+    carried = [m for m, size in zip(index_map, node.type.shape) if size != 1]
+    return tuple(None if size == 1 else carried.pop(0) for size in source)
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """A concatenation input's entry: the domain index shifted into one slice (never a reduction's own row)."""
+
+    dim: Any
+    part: int
+
+
+def reads_own_row(reduction: Node, index_map: IndexMap, domain: Domain) -> bool:
+    """Whether a reduction result read at `index_map` is read at the row it was reduced into.
+
+    A kernel holds a reduction result for its own rows only ([XBLOCK, 1] in registers); a consumer that reads it
+    along another axis (`a / a.sum(1)` on a square `a`: the sum broadcast along dim 0, indexed by column) would
+    get another row's value. Size-1 dimensions (keepdim) read the same element whatever the index."""
+    own = value_map(reduction.type.shape, domain, "row")
+    return all(size == 1 or entry == expected
+               for size, entry, expected in zip(reduction.type.shape, index_map, own))
+
+
+def misread_reduction(graph: Graph, names: Sequence[str], outputs: Sequence[str], domain: Domain) -> str | None:
+    """Why the kernel over `names` cannot hold one of its reductions (None if it can): a member reads the
+    reduction's result at another index than the reduction's own row. Walks the index maps as codegen emits them:
+    from each stored value and each reduction's source, through views, pointwise ops and concatenations."""
+    inside = set(names)
+    seen: set[tuple[str, IndexMap]] = set()
+    work: list[tuple[str, IndexMap, str]] = [(o, store_map(graph[o], domain), o) for o in outputs]
+    work += [(graph[n].inputs[0], tuple(range(len(domain.shape))), n)
+             for n in names if graph[n].kind == "reduction"]
+    while work:
+        value, index_map, user = work.pop()
+        if value not in inside or (value, index_map) in seen:
+            continue
+        seen.add((value, index_map))
+        node = graph[value]
+        if node.kind == "reduction":
+            if not reads_own_row(node, index_map, domain):
+                return (f"{user} reads the reduction result {value} along another axis than the rows it was reduced "
+                        "into: needs a second kernel (the result is stored, then read back)")
+        elif node.kind == "view":
+            work.append((node.inputs[0], view_map(graph, node, index_map), value))
+        elif node.op == "cat":
+            dim = int(node.param("dim"))
+            refs = [a.name for a in node.args if isinstance(a, Ref)]
+            for part, ref in enumerate(refs):
+                shifted = tuple(_Slice(e, part) if d == dim else e for d, e in enumerate(index_map))
+                work.append((ref, shifted, value))
+        else:
+            work.extend((a.name, index_map, value) for a in node.args if isinstance(a, Ref))
+    return None
+
+
 def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domain | str:
     """The domain of the kernel made of `names` that stores `outputs`, or the reason it cannot exist."""
     nodes = [graph[n] for n in names]
@@ -102,6 +184,10 @@ def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domai
         if node.kind in ("pointwise", "reduction") and alignment(node.type.shape, domain) is None \
                 and not _reaches_through_expand(node, set(names), graph):
             return f"{node.name} ({node.type.text()}) does not line up with the kernel's shape {tuple(domain.shape)}"
+    if reductions:
+        misread = misread_reduction(graph, names, outputs, domain)
+        if misread:
+            return misread
     return domain
 
 

@@ -109,15 +109,15 @@ def _bfloat16_dot() -> Iterator[None]:
     """Triton's interpreter keeps bfloat16 values as their uint16 bits and its `tl.dot` multiplies those bits
     (Triton 3.6 to 3.9): widen bfloat16 operands to float32 first, as the GPU's MMA does."""
     builder = getattr(triton_interpreter, "InterpreterBuilder", None)
-    convert = getattr(triton_interpreter, "_convert_float", None)
-    if builder is None or convert is None:  # pragma: no cover - a Triton without these internals
+    if builder is None:  # pragma: no cover - a Triton without this internal
         yield
         return
     original = builder.create_dot
 
     def widen(handle: Any) -> Any:
         if handle.dtype.scalar == tl.bfloat16 if hasattr(handle.dtype, "scalar") else handle.dtype == tl.bfloat16:
-            data = convert(handle.data, tl.bfloat16, tl.float32, None).view(np.float32).reshape(handle.data.shape)
+            # bfloat16 is the top half of a float32: shifting is exact (Triton's _convert_float loses subnormals).
+            data = (handle.data.astype(np.uint32) << 16).view(np.float32)
             return TensorHandle(data, tl.float32)
         return handle
 
