@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from fusionlab.codegen.kernel import HEAVY_OPS, KernelArgument, KernelSource, KernelWriter, _Scope
+from fusionlab.codegen.kernel import HEAVY_OPS, IndexMap, KernelArgument, KernelSource, KernelWriter, _Scope
 from fusionlab.fusion.domain import Domain
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Ref
@@ -47,7 +47,6 @@ class MatmulWriter(KernelWriter):
         b = self._argument(f"in_{right}", "input", right)
         a_rows, a_inner = (self._argument(f"stride_{left}_{d}", "stride", left, d) for d in (0, 1))
         b_inner, b_columns = (self._argument(f"stride_{right}_{d}", "stride", right, d) for d in (0, 1))
-        self.globals[self.product.name] = "acc"  # the epilogue reads the product from the accumulator
         epilogue = _Scope([])
         for value in self.group.outputs:
             self._store(value, epilogue)
@@ -90,6 +89,11 @@ class MatmulWriter(KernelWriter):
         ]
         body += list(self.dim_lines.values())
         return self._source(self._head() + [f"    {line}" for line in body] + epilogue.lines)
+
+    def emit(self, value: str, index_map: IndexMap, scope: _Scope) -> str:
+        if value == self.product.name:
+            return "acc"  # the epilogue reads the product from the accumulator
+        return super().emit(value, index_map, scope)
 
     def _head(self) -> list[str]:
         primitives = [self.graph[n].op for n in self.group.nodes if self.graph[n].kind != "view"]
