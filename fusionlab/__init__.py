@@ -5,13 +5,13 @@
     >>> ex.fused, ex.verify().ok
 """
 
-from fusionlab.capture import CaptureError
+from fusionlab.capture import CaptureError, InputMismatch
 from fusionlab.dynamo_backend import backend
 from fusionlab.explore import Exploration, explore
 from fusionlab.fusion.fuse import FusionDecision, FusionError, FusionGroup
 from fusionlab.fusion.policy import DefaultFusion, GroupInfo, NoFusion, PointwiseFusion, Policy, Verdict
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated
-from fusionlab.verify import InputMismatch, VerifyReport
+from fusionlab.verify import VerifyReport
 
 __version__ = "0.1.0"
 

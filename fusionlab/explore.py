@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,15 +19,16 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.capture import TENSOR_SLOT, capture
-from fusionlab.codegen.program import flatten_call, generate_program
+from fusionlab.capture import TENSOR_SLOT, capture, check_guards, check_inputs, flatten_call
+from fusionlab.codegen.program import generate_program
 from fusionlab.decompose import decompose
+from fusionlab.eager_grad import needs_grad, run_with_grad
 from fusionlab.fusion.fuse import FuseResult, fuse
 from fusionlab.fusion.policy import Policy, resolve_policy
 from fusionlab.matmul_rules import decomposition_rules
 from fusionlab.runtime.runnable import Runnable
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated
-from fusionlab.verify import Programs, VerifyReport, check_inputs, verify_call
+from fusionlab.verify import Programs, VerifyReport, verify_call
 
 __all__ = ["Exploration", "explore"]
 
@@ -51,7 +53,7 @@ class Exploration:
         self._rules = decomposition_rules(matmul)  # checks the option now, not at the first stage
         self._shared = _shared or {}
         self._checked: set[tuple[Any, ...]] = set()
-        # A plain function of positional tensors: calls need no pytree flattening.
+        # A plain function of positional tensors (no module, no closure state): calls need no pytree flattening.
         self._plain_call = (not isinstance(fn, torch.nn.Module) and not kwargs
                             and all(isinstance(a, torch.Tensor) for a in args))
 
@@ -110,26 +112,51 @@ class Exploration:
 
     # -- running --------------------------------------------------------------------------------
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+        state = self.captured.result.state
         simple = (self._plain_call and not kwargs and len(args) == len(self.example_args)
-                  and all(isinstance(a, torch.Tensor) for a in args))
+                  and all(isinstance(a, torch.Tensor) for a in args)
+                  and (state is None or not (state.roots or state.places)))
         tensors = list(args) if simple else flatten_call(self.captured.result, args, kwargs)
         # A call like the last checked one (same shapes, dtypes, devices) needs no second check.
         signature = tuple((t.shape, t.dtype, t.device) for t in tensors)
         if signature not in self._checked:
             check_inputs(self.captured.result, tensors)
+            check_guards(self.captured.result, tensors)
             self._checked.add(signature)
         return tensors
 
     def run_flat(self, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """Run on graph inputs in order (parameters and buffers first); returns the flat outputs."""
+        """Run on graph inputs in order (parameters and buffers first); returns the flat outputs. Values the
+        function wrote into its inputs or buffers are copied back into them, as eager would have."""
+        result = self.captured.result
         with torch.no_grad():
-            return tuple(self.compiled(*tensors))
+            outputs = tuple(self.compiled(*tensors))
+            if not result.mutations:
+                return outputs
+            for mutation in result.mutations:
+                tensors[mutation.input_index].copy_(outputs[mutation.output_index])
+        return outputs[: result.user_outputs]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        outputs = iter(self.run_flat(self.flat_inputs(args, kwargs)))
+        tensors = self.flat_inputs(args, kwargs)
+        raw = self._raw_inputs(args, kwargs) if torch.is_grad_enabled() else ()
+        if needs_grad(raw) and self.captured.result.call_flat is not None:
+            # An input or parameter requires grad: the output must too (the backward differentiates eager).
+            outputs = iter(run_with_grad(lambda flat: self.run_flat(tensors), self.captured.result.call_flat, raw))
+        else:
+            outputs = iter(self.run_flat(tensors))
         result = self.captured.result
         leaves = [next(outputs) if slot is TENSOR_SLOT else slot for slot in result.output_template]
         return pytree.tree_unflatten(leaves, result.output_spec)
+
+    def _raw_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+        """The graph inputs as the caller holds them (parameters not detached), to see what requires grad."""
+        tensors = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
+        state = self.captured.result.state
+        if state is not None and (state.roots or state.places):
+            named = state.named()
+            tensors = [named[spec.name][0] for spec in self.captured.inputs if spec.kind != "input"] + tensors
+        return tensors
 
     def verify(self, seed: int | None = None, localise: bool | None = None) -> VerifyReport:
         """Run eager and fused on separate copies of fresh random inputs: the max abs/rel error per output and per
@@ -189,15 +216,37 @@ class Exploration:
 
 def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy = "default",
             dynamic: bool = False, looped_reductions: bool = False, autotune: bool = False,
-            matmul: str = "extern", **example_kwargs: Any) -> Exploration:
+            matmul: str = "extern", kwargs: dict[str, Any] | None = None, **example_kwargs: Any) -> Exploration:
     """Start exploring `fn` on example inputs. Nothing runs until a stage is asked for.
 
     `looped_reductions=True` forces looped reductions even where a row fits in registers; `autotune=True` times a
     small set of block sizes and warps per kernel and shape on the first CUDA launch and keeps the fastest (the
     choices and their timings are on `ex.compiled.kernels`). `matmul="triton"` turns 2-D matrix products (mm,
     addmm, F.linear) into generated Triton matmuls with their pointwise consumers fused as an epilogue; the default
-    `"extern"` runs them in cuBLAS between kernels."""
+    `"extern"` runs them in cuBLAS between kernels. Keyword arguments of `fn` go after the inputs
+    (`explore(fn, x, scale=2.0)`), or in `kwargs={...}` where one is named like an option of explore."""
     if not callable(fn):
         raise TypeError(f"explore() needs a function or nn.Module, got {type(fn).__name__}")
+    if kwargs is None:
+        _refuse_ambiguous_options(fn, {"policy": policy, "dynamic": dynamic, "looped_reductions": looped_reductions,
+                                       "autotune": autotune, "matmul": matmul})
+    else:
+        example_kwargs = {**kwargs, **example_kwargs}
     return Exploration(fn, example_inputs, example_kwargs, policy=policy, dynamic=dynamic,
                        looped_reductions=looped_reductions, autotune=autotune, matmul=matmul)
+
+
+def _refuse_ambiguous_options(fn: Callable[..., Any], given: dict[str, Any]) -> None:
+    """`explore(fn, x, policy=...)` where `fn` itself takes `policy`: say which one it went to, and how to choose."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        parameters = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return
+    defaults = inspect.signature(explore).parameters
+    for name, value in given.items():
+        if name in parameters and value is not defaults[name].default:
+            raise TypeError(f"{name}={value!r} is ambiguous: explore() has an option {name!r} and your function "
+                            f"has a parameter {name!r}. Pass your function's keyword arguments in kwargs=: "
+                            f"fl.explore(fn, *inputs, kwargs={{{name!r}: ...}}) (explore's own options stay "
+                            f"keywords beside it)")

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import sympy
 import torch
 import torch.utils._pytree as pytree
 
@@ -34,8 +33,6 @@ TOLERANCES = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 2e-2), torch.f
               torch.float64: (1e-7, 1e-7)}
 
 
-class InputMismatch(ValueError):
-    """A call's inputs differ from the captured ones in rank, dtype, device or a fixed size."""
 
 
 @dataclass(frozen=True)
@@ -439,35 +436,3 @@ def verify_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
     return report
 
 
-def check_inputs(captured: CaptureResult, tensors: Sequence[torch.Tensor]) -> None:
-    """Rank, dtype and device must match the capture; fixed sizes must match; symbolic ones must agree."""
-    if len(tensors) != len(captured.inputs):
-        raise InputMismatch(f"expected {len(captured.inputs)} tensors, got {len(tensors)}")
-    values: dict[sympy.Symbol, int] = {}
-    for binding in captured.symbols:
-        values[binding.symbol] = int(tensors[binding.input_index].shape[binding.dim])
-    for spec, tensor in zip(captured.inputs, tensors):
-        expected = spec.type
-        where = f"input {spec.name!r}"
-        if not isinstance(tensor, torch.Tensor):
-            raise InputMismatch(f"{where} is a {type(tensor).__name__}, expected a tensor")
-        if tensor.dim() != expected.rank:
-            raise InputMismatch(f"{where} has rank {tensor.dim()} (shape {tuple(tensor.shape)}); it was captured "
-                                f"with rank {expected.rank} ({expected.text()}): explore again for this rank")
-        if tensor.dtype != expected.dtype:
-            raise InputMismatch(f"{where} is {tensor.dtype}; it was captured as {expected.dtype}: convert it "
-                                f"(.to({expected.dtype})) or explore again")
-        if torch.device(spec.device).type != tensor.device.type:
-            raise InputMismatch(f"{where} is on {tensor.device}; it was captured on {spec.device}: move it or "
-                                "explore again with inputs on that device")
-        for dim, (size, want) in enumerate(zip(tensor.shape, expected.shape)):
-            wanted = int(want.xreplace(values)) if isinstance(want, sympy.Expr) else int(want)
-            if size != wanted:
-                hint = ("use dynamic=True to vary the leading dimension" if not captured.symbols
-                        else "only leading dimensions are dynamic")
-                raise InputMismatch(f"{where} has size {size} in dimension {dim}; it was captured with "
-                                    f"{expected.text()} (expecting {wanted}): {hint}, or explore again")
-    for value in values.values():
-        if value < 2:
-            raise InputMismatch(f"a dynamic leading size of {value} is specialised away by tracing (sizes 0 and 1 "
-                                "are fixed at capture): explore again with this size")

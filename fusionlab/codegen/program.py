@@ -18,7 +18,7 @@ from typing import Any
 
 import sympy
 import torch
-import torch.utils._pytree as pytree
+from torch.utils._sympy.printers import PythonPrinter
 
 from fusionlab.capture import CaptureResult
 from fusionlab.codegen.kernel import KernelSource, KernelWriter
@@ -29,7 +29,7 @@ from fusionlab.fusion.fuse import FuseResult, FusionGroup
 from fusionlab.ir import Dim, Graph, Node, Ref, contiguous_strides, product
 from fusionlab.names import Namer, comment
 
-__all__ = ["KERNEL_PREAMBLE", "Program", "generate_program", "flatten_call"]
+__all__ = ["KERNEL_PREAMBLE", "Program", "generate_program"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,10 @@ class Program:
 
 
 def render_dim(dim: Dim) -> str:
-    return str(int(dim)) if not isinstance(dim, sympy.Expr) or dim.is_number else str(dim)
+    """A size as Python source: `s0 * 2`, `min(s0, 5)`, `s0 // 2` (sympy's own printing is not Python)."""
+    if not isinstance(dim, sympy.Expr) or dim.is_number:
+        return str(int(dim))
+    return str(PythonPrinter().doprint(dim))
 
 
 def render_shape(shape: Sequence[Dim]) -> str:
@@ -204,24 +207,3 @@ def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,
                      force_looped: bool = False) -> Program:
     names = [spec.name for spec in captured.inputs]
     return ProgramWriter(graph, fused, captured, force_looped).write(names)
-
-
-def flatten_call(captured: CaptureResult, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
-    """User arguments -> the graph's tensor inputs (parameters first), checking the specialised scalars."""
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    if spec != captured.input_spec:
-        expected_args, expected_kwargs = pytree.tree_unflatten([None] * captured.input_spec.num_leaves,
-                                                               captured.input_spec)
-        raise TypeError(f"called with {len(args)} positional argument(s) and keywords {sorted(kwargs)} holding "
-                        f"{len(leaves)} values; the example inputs were {len(expected_args)} positional argument(s) "
-                        f"and keywords {sorted(expected_kwargs)} holding {captured.input_spec.num_leaves} values: pass "
-                        "arguments the way the example inputs were passed (or explore again)")
-    for position, expected in captured.constant_leaves:
-        if leaves[position] != expected:
-            raise ValueError(f"argument {position} was {expected!r} at capture and is {leaves[position]!r} now: "
-                             "Python scalars are specialised into the graph; explore again with the new value")
-    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-    if captured.module is not None:
-        state = dict(captured.module.named_parameters()) | dict(captured.module.named_buffers())
-        tensors = [state[spec.name].detach() for spec in captured.inputs if spec.kind != "input"] + tensors
-    return tensors

@@ -1,0 +1,97 @@
+"""What capture hands on: the traced graph with its types, inputs, mutations and guards.
+
+    >>> result = capture(torch.sigmoid, (torch.randn(4),), {})
+    >>> result.inputs[0].kind
+    'input'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+from fusionlab.capture.state import StateSource
+from fusionlab.ir import TensorType
+
+
+class CaptureError(ValueError):
+    """The function or its inputs cannot be captured; the message says why and what to do."""
+
+
+TENSOR_SLOT = type("TensorSlot", (), {"__repr__": lambda self: "<tensor>"})()
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A graph input: a user tensor ("input"), a module parameter or a buffer."""
+
+    name: str
+    kind: str
+    type: TensorType
+    placeholder: str
+    device: str
+
+
+@dataclass(frozen=True)
+class AtenNode:
+    """One call in the captured graph, as the views show it."""
+
+    name: str
+    target: str
+    type: TensorType | None
+    args_text: str
+
+
+@dataclass(frozen=True)
+class SymbolBinding:
+    """Where a symbolic size comes from at run time: dimension `dim` of graph input `input_index`."""
+
+    symbol: sympy.Symbol
+    input_index: int
+    dim: int
+    captured_value: int
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """The function writes graph input `input_index` (a user tensor or a buffer): the program returns the new value
+    as graph output `output_index`, and the caller copies it back into the tensor, as eager would have."""
+
+    input_index: int
+    output_index: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A condition on the dynamic sizes that tracing relied on (`s0 > 4` from `if a.shape[0] > 4:`): the program
+    is only valid where it holds, so every call checks it."""
+
+    expr: sympy.Basic
+    source: str  # the user's line that made tracing rely on it, where it could be found
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    graph_module: torch.fx.GraphModule
+    inputs: tuple[InputSpec, ...]
+    aten_nodes: tuple[AtenNode, ...]
+    types: dict[str, TensorType]
+    multi_types: dict[str, tuple[TensorType | None, ...]]
+    output_spec: pytree.TreeSpec
+    output_template: tuple[Any, ...]  # TENSOR_SLOT where a tensor goes; other leaves (None outputs) as they are
+    constant_leaves: tuple[tuple[int, Any], ...]
+    input_spec: pytree.TreeSpec
+    symbols: tuple[SymbolBinding, ...]
+    module: torch.nn.Module | None
+    state: StateSource = None  # type: ignore[assignment]
+    mutations: tuple[Mutation, ...] = ()
+    guards: tuple[Guard, ...] = ()
+    user_outputs: int = 0  # graph outputs the user's function returns; the mutated values follow them
+    sizes: dict[str, Any] = field(default_factory=dict)  # a size computation's node -> its value (int or sympy)
+    call_flat: Callable[..., list[torch.Tensor]] | None = None  # the user's function on flat graph inputs (eager)
