@@ -24,8 +24,8 @@ import triton
 import triton.testing
 
 import fusionlab as fl
-import fusionlab.primitives as primitives
-import fusionlab.rules as rules
+import fusionlab.decompose.primitives as primitives
+import fusionlab.decompose.rules as rules
 import fusionlab.runtime.config as config
 from fusionlab.measure.workloads import get
 

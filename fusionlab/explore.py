@@ -21,11 +21,10 @@ import torch.utils._pytree as pytree
 
 from fusionlab.capture import TENSOR_SLOT, capture, check_guards, check_inputs, flatten_call
 from fusionlab.codegen.program import generate_program
-from fusionlab.decompose import decompose
+from fusionlab.decompose import decompose, decomposition_rules
 from fusionlab.eager_grad import needs_grad, run_with_grad
 from fusionlab.fusion.fuse import FuseResult, fuse
 from fusionlab.fusion.policy import Policy, resolve_policy
-from fusionlab.matmul_rules import decomposition_rules
 from fusionlab.runtime.runnable import Runnable
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated
 from fusionlab.verify import Programs, VerifyReport, verify_call

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from fusionlab import reference
 from fusionlab.capture import AtenNode, CaptureResult, InputSpec
 from fusionlab.codegen.kernel import KernelSource
 from fusionlab.codegen.program import KERNEL_PREAMBLE, Program
+from fusionlab.decompose import reference
 from fusionlab.fusion.fuse import FusionDecision, FusionGroup
 from fusionlab.ir import Graph
 from fusionlab.names import comment

@@ -2,8 +2,8 @@
 
 `verify_call` runs eager and the fused program on separate copies of fresh random inputs and compares every output
 and every input or buffer the call writes. Where something differs it runs the three programs in between (the
-captured aten graph, the decomposed primitive graph through `fusionlab.reference`, the generated kernels with each
-kernel's outputs kept) and names the first stage and node where the values part.
+captured aten graph, the decomposed primitive graph through `fusionlab.decompose.reference`, the generated kernels
+with each kernel's outputs kept) and names the first stage and node where the values part.
 
     >>> report = verify_outputs([torch.ones(3)], [torch.ones(3)])
     >>> report.ok
@@ -23,8 +23,8 @@ import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
 from fusionlab.codegen.kernel import KernelSource
+from fusionlab.decompose.reference import interpret
 from fusionlab.ir import Graph
-from fusionlab.reference import interpret
 
 # (atol, rtol) per dtype, for fused vs eager. Eager rounds every intermediate to a half-precision dtype and a fused
 # kernel keeps float32, so where values cancel the two differ by an ulp or two of the intermediates (a bfloat16 ulp

@@ -124,7 +124,7 @@ def case(name: str, fn: Callable[..., Any], make_inputs: Callable[[str], Inputs]
     CASES.append(Case(name, fn, make_inputs, kernels, atol, rtol, tags))
 
 
-# -- single elementwise ops: every one with a rule in fusionlab.rules -------------------------------
+# -- single elementwise ops: every one with a rule in fusionlab.decompose.rules ---------------------
 _UNARY: list[tuple[str, Callable[..., Any], Callable[..., torch.Tensor]]] = [
     ("neg", torch.neg, randn), ("abs", torch.abs, randn), ("reciprocal", torch.reciprocal, away_from_zero),
     ("exp", torch.exp, randn), ("exp2", torch.exp2, randn), ("expm1", torch.expm1, randn),

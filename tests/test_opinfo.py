@@ -1,6 +1,6 @@
 """PyTorch's own OpInfo samples through fusionlab, compared to eager.
 
-The ops checked are the ones fusionlab claims: every OpInfo whose aten op has a rule in `fusionlab.rules.RULES`,
+The ops checked are the ones fusionlab claims: every OpInfo whose aten op has a rule in `fusionlab.decompose.RULES`,
 plus `COMPOSITES`, OpInfos whose captured graph is made only of such ops (found once by capturing their first
 sample; see the list). Every float32 `reference_inputs` sample (a superset of `sample_inputs`: extremal values,
 large and non-contiguous tensors) runs under the "default" policy, and every `sample_inputs` sample also under
@@ -35,7 +35,7 @@ import torch
 import torch.utils._pytree as pytree
 
 import fusionlab as fl
-from fusionlab.rules import RULES
+from fusionlab.decompose import RULES
 from fusionlab.verify import TOLERANCES
 from tests.fuzz import skip_unless_asked
 

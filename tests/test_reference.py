@@ -1,4 +1,4 @@
-"""The reference interpreter of the primitive IR (fusionlab.reference) against eager PyTorch."""
+"""The reference interpreter of the primitive IR (fusionlab.decompose.reference) against eager PyTorch."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import torch.utils._pytree as pytree
 
 import fusionlab as fl
 from fusionlab.capture import capture
-from fusionlab.decompose import decompose
-from fusionlab.primitives import POINTWISE, REDUCTIONS
-from fusionlab.reference import POINTWISE_OPS, REDUCTION_OPS, interpret, run
+from fusionlab.decompose import POINTWISE, REDUCTIONS, decompose
+from fusionlab.decompose.reference import POINTWISE_OPS, REDUCTION_OPS, interpret, run
 from tests.cases import CASES, Case
 
 try:

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import fusionlab as fl
-from fusionlab.primitives import POINTWISE, PointwisePrimitive
-from fusionlab.rules import RULES
+from fusionlab.decompose import POINTWISE, RULES, PointwisePrimitive
 from fusionlab.verify import OutputError, VerifyReport, generated_values, random_like
 
 aten = torch.ops.aten

@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusionlab.builder import compute_dtype
 from fusionlab.codegen import welford
 from fusionlab.codegen.kinds import KernelKind, kernel_kind
+from fusionlab.decompose import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE, compute_dtype
 from fusionlab.fusion.domain import Domain, alignment, non_unit, reads_own_row, store_map, value_map, view_map
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Node, Ref, static_value
 from fusionlab.names import Namer, comment
-from fusionlab.primitives import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE
 
 PERSISTENT_LIMIT = 16384
 HEAVY_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "erf", "erfinv", "tanh", "sigmoid",

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fusionlab.decompose import INDEX_VIEWS
 from fusionlab.ir import Dim, Graph, Node, Ref
-from fusionlab.primitives import INDEX_VIEWS
 
 # For each dimension of a value: the domain dimension it follows, or None (a broadcast). Code generation adds its
 # own entries (a concatenation slice); `view_map` carries any entry through unchanged.

@@ -16,9 +16,9 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
+from fusionlab.decompose.primitives import POINTWISE
 from fusionlab.ir import Arg, Dim, Node, Ref, Scalar, TensorType
 from fusionlab.names import sanitize
-from fusionlab.primitives import POINTWISE
 
 Rule = Callable[..., Any]
 
@@ -172,6 +172,8 @@ class Builder:
             out_dtype = torch.bool
         else:
             out_dtype = dtype or common
+        if common == torch.bool and op == "add":
+            common = torch.int8  # True + True is True in eager; a 1-bit add would wrap to False
         shape = _broadcast_shape([self.type_of(o).shape for o in operands if isinstance(o, Ref)])
         prepared: list[Arg] = []
         for index, operand in enumerate(operands):

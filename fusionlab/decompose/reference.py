@@ -19,12 +19,12 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.builder import compute_dtype
+from fusionlab.decompose.builder import compute_dtype
 from fusionlab.ir import Dim, Graph, Node, Ref
 
 Operation = Callable[..., torch.Tensor]
 
-# One torch function per pointwise primitive (fusionlab.primitives.POINTWISE), with PyTorch's semantics
+# One torch function per pointwise primitive (fusionlab.decompose.primitives.POINTWISE), with PyTorch's semantics
 # (floor_divide and remainder round towards negative infinity, as the integer templates do).
 POINTWISE_OPS: dict[str, Operation] = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "neg": torch.neg, "abs": torch.abs,

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from fusionlab.builder import Builder, Rule, RuleNotApplicable
+from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable
 from fusionlab.ir import Dim, Ref
 
 aten = torch.ops.aten

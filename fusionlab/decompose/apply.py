@@ -16,11 +16,11 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.builder import Builder, Rule, RuleNotApplicable, short_name
 from fusionlab.capture import CaptureError, CaptureResult
+from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable, short_name
+from fusionlab.decompose.rules import RULES
 from fusionlab.ir import Graph, Node, Ref
 from fusionlab.names import sanitize
-from fusionlab.rules import RULES
 
 
 @dataclass(frozen=True)

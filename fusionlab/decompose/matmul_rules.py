@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from fusionlab.builder import Builder, Rule, RuleNotApplicable
+from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable
+from fusionlab.decompose.rules import RULES
 from fusionlab.ir import Ref, TensorType
-from fusionlab.rules import RULES
 
 aten = torch.ops.aten
 
