@@ -14,16 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fusionlab.fusion.domain import view_source
 from fusionlab.ir import Graph, Node, Ref
-
-VIEW_OPS = frozenset({"expand", "reshape", "view", "unsqueeze", "squeeze"})
-
-
-def _through_views(graph: Graph, name: str) -> str:
-    node = graph[name]
-    while node.kind == "view" and node.op in VIEW_OPS and len(node.inputs) == 1:
-        node = graph[node.inputs[0]]
-    return node.name
 
 
 def _square_of(node: Node) -> str | None:
@@ -50,7 +42,7 @@ def partners(graph: Graph, members: Sequence[str]) -> dict[str, str]:
         refs = [a for a in sub.args if isinstance(a, Ref)]
         if sub.op != "sub" or len(sub.args) != 2 or len(refs) != 2:
             continue
-        source, centre = refs[0].name, _through_views(graph, refs[1].name)
+        source, centre = refs[0].name, view_source(graph, refs[1].name)
         first = graph[centre]
         if (centre in inside and first.kind == "reduction" and first.op == "mean" and first.inputs[0] == source
                 and first.param("axes") == second.param("axes") and centre not in found

@@ -20,20 +20,18 @@ from typing import Any
 
 from fusionlab.display import style
 from fusionlab.fusion.fuse import FusionDecision
+from fusionlab.fusion.kinds import KERNEL_GROUP_KINDS, GroupKind, group_kind
 from fusionlab.ir import Graph
 from fusionlab.stages import Captured, Decomposed, Fused
 
 __all__ = ["Block", "GraphDrawing", "draw_graph", "dot_string", "graph_blocks", "resolve_stage"]
-
-_KERNEL_KINDS = ("pointwise", "reduction", "matmul")
-
 
 @dataclass(frozen=True)
 class Block:
     """Nodes drawn together: a fusion group (final, or as it stood at some step of the replay)."""
 
     members: tuple[str, ...]
-    kind: str  # "pointwise" | "reduction" | "matmul" | "extern" | "view"
+    kind: GroupKind
     group: str  # the final group these nodes end up in (what a click on the cluster selects)
     colour: int  # index into the palette: the final group's position
     label: str
@@ -88,14 +86,6 @@ def resolve_stage(stage: Any) -> tuple[Captured, Decomposed | None, Fused | None
                     "(or an Exploration)")
 
 
-def _block_kind(graph: Graph, members: Sequence[str]) -> str:
-    kinds = {graph[m].kind for m in members}
-    for kind in ("extern", "matmul", "reduction", "pointwise"):
-        if kind in kinds:
-            return kind
-    return "view"
-
-
 def graph_blocks(fused: Fused, step: int | None = None) -> tuple[Block, ...]:
     """The groups to draw: the final ones (`step=None`) or the partition after decision `step`."""
     graph = fused.previous.graph
@@ -108,7 +98,7 @@ def graph_blocks(fused: Fused, step: int | None = None) -> tuple[Block, ...]:
         index = final_index.get(members[0], 0)
         final = fused.groups[index]
         complete = set(members) == set(final.nodes)
-        kind = _block_kind(graph, members)
+        kind = group_kind(graph[m].kind for m in members)
         label = final.name if complete else f"part of {final.name}"
         blocks.append(Block(tuple(members), kind, final.name, index, f"{label}\n{len(members)} primitives",
                             f"{', '.join(members)} (ends up in {final.name})"))
@@ -249,11 +239,11 @@ def _draw_decomposed(writer: _DotWriter, graph: Graph, blocks: Sequence[Block]) 
     for name in graph.inputs:
         writer.node(name, attributes(name))
     for index, block in enumerate(blocks):
-        if block.kind in _KERNEL_KINDS:
+        if block.kind in KERNEL_GROUP_KINDS:
             writer.cluster(index, block, [(m, attributes(m)) for m in block.members])
     for node in graph.nodes:
         if node.kind != "input" and (node.name not in block_of or blocks[block_of[node.name]].kind
-                                     not in _KERNEL_KINDS):
+                                     not in KERNEL_GROUP_KINDS):
             writer.node(node.name, attributes(node.name))
     for node in graph.nodes:
         for value in node.inputs:
@@ -274,7 +264,7 @@ def _draw_captured(writer: _DotWriter, captured: Captured, decomposed: Decompose
     outputs = set(captured.outputs)
 
     def attributes(fx_name: str, target: str) -> dict[str, object]:
-        kind = blocks[aten_block[fx_name]].kind if fx_name in aten_block else "pointwise"
+        kind: str = blocks[aten_block[fx_name]].kind if fx_name in aten_block else "pointwise"
         if target == "":
             kind = "input"
         result = _node_style(kind, fx_name in outputs)
@@ -295,11 +285,11 @@ def _draw_captured(writer: _DotWriter, captured: Captured, decomposed: Decompose
         if node.op == "call_function" and node.name in aten_block:
             members.setdefault(aten_block[node.name], []).append(node.name)
     for index, block in enumerate(blocks):
-        if block.kind in _KERNEL_KINDS and index in members:
+        if block.kind in KERNEL_GROUP_KINDS and index in members:
             writer.cluster(index, block, [(m, attributes(m, targets.get(m, ""))) for m in members[index]])
     for node in fx_nodes:
         if node.op == "call_function" and not (node.name in aten_block and blocks[aten_block[node.name]].kind
-                                               in _KERNEL_KINDS):
+                                               in KERNEL_GROUP_KINDS):
             writer.node(node.name, attributes(node.name, targets.get(node.name, "")))
     for node in fx_nodes:
         for source in node.all_input_nodes:
@@ -323,5 +313,5 @@ def _aten_blocks(decomposed: Decomposed, blocks: Sequence[Block]) -> dict[str, i
         tally[block_of[node.name]] = tally.get(block_of[node.name], 0) + 1
     result = {}
     for origin, tally in counts.items():
-        result[origin] = max(tally, key=lambda i: (blocks[i].kind in _KERNEL_KINDS, tally[i], -i))
+        result[origin] = max(tally, key=lambda i: (blocks[i].kind in KERNEL_GROUP_KINDS, tally[i], -i))
     return result

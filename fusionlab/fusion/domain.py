@@ -3,7 +3,9 @@
 A set of nodes can become one kernel only if every value it stores lines up with one domain: the full shape
 (pointwise and prologue/epilogue values) or the domain with the reduced axes removed (reduction results).
 `analyse` returns that `Domain`, or a plain-words reason why there is none; the code generator uses the same
-`Domain` to lay out its loops, so what fusion accepts, codegen can emit.
+`Domain` to lay out its loops, so what fusion accepts, codegen can emit. `pair_blocker` states the same rules for
+two whole groups (an extern op, a matmul's operands, a second matmul, a reduction over a product), in the words a
+policy's verdict gives; policies ask it rather than repeat it.
 
     >>> analyse(graph, ("amax", "sub", "exp", "sum", "div"), outputs=("div",))
     Domain(shape=(8, 16), axes=(1,))
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusionlab.decompose import INDEX_VIEWS
+from fusionlab.fusion.kinds import group_kind
 from fusionlab.ir import Dim, Graph, Node, Ref
 
 # For each dimension of a value: the domain dimension it follows, or None (a broadcast). Code generation adds its
@@ -91,6 +94,14 @@ def view_map(graph: Graph, node: Node, index_map: IndexMap) -> IndexMap:
     # A size-1 reshape: carry the non-unit dimensions across in order.
     carried = [m for m, size in zip(index_map, node.type.shape) if size != 1]
     return tuple(None if size == 1 else carried.pop(0) for size in source)
+
+
+def view_source(graph: Graph, value: str) -> str:
+    """The value an index-only view chain (expand, size-1 reshape) reads: the tensor whose elements it shows."""
+    node = graph[value]
+    while node.kind == "view" and node.op in INDEX_VIEWS:
+        node = graph[node.inputs[0]]
+    return node.name
 
 
 @dataclass(frozen=True)
@@ -227,3 +238,39 @@ def _reaches_through_expand(node: Node, group: set[str], graph: Graph) -> bool:
     """A smaller value inside a group is fine when it only feeds broadcasts (computed per element)."""
     users = [n for n in graph.nodes if node.name in n.inputs and n.name in group]
     return bool(users) and all(u.op in ("expand", "reshape") or u.kind == "pointwise" for u in users)
+
+
+# -- the same rules for a pair of whole groups, in the words of a fusion decision -----------------------------------
+def extern_blocker(producer: Sequence[Node], consumer: Sequence[Node]) -> str | None:
+    """Why two groups cannot share a kernel because one of them is an extern op (None if neither is)."""
+    for side in (producer, consumer):
+        if group_kind(n.kind for n in side) == "extern":
+            op = side[0].op
+            where = "cuBLAS" if any(k in op for k in ("mm", "matmul", "linear", "bmm")) else "eager PyTorch"
+            return f"extern op: {op} runs in {where} between kernels"
+    return None
+
+
+def matmul_blocker(producer: Sequence[Node], consumer: Sequence[Node]) -> str | None:
+    """Why a generated Triton matmul cannot take in the other group (None if it can, or neither is a matmul).
+    A matmul kernel fuses pointwise consumers of its [M, N] output (an epilogue on the accumulator tile); not a
+    reduction over it, a second matmul, or a prologue into its operands."""
+    producer_kind, consumer_kind = group_kind(n.kind for n in producer), group_kind(n.kind for n in consumer)
+    if producer_kind == "matmul" and consumer_kind == "matmul":
+        return ("a consumer needing another matmul: the second product needs the first one's whole output, so each "
+                "matmul is a kernel of its own")
+    if consumer_kind == "matmul":
+        operands = {v for n in consumer if n.kind == "matmul" for v in n.inputs}
+        if any(n.name in operands for n in producer):
+            return ("prologue into the matmul's inputs: not fused (the matmul loads its operands tile by tile from "
+                    "memory, through their strides)")
+    elif producer_kind == "matmul" and consumer_kind == "reduction":
+        return ("a reduction over the matmul's output: its rows span the tiles of several programs, so it runs as a "
+                "kernel of its own")
+    return None
+
+
+def pair_blocker(producer: Sequence[Node], consumer: Sequence[Node]) -> str | None:
+    """Why a producer group and its consumer group can never be one kernel, whatever a policy prefers (None when
+    only their shapes are left to check: `analyse` on the merged nodes)."""
+    return extern_blocker(producer, consumer) or matmul_blocker(producer, consumer)

@@ -14,7 +14,8 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fusionlab.fusion.domain import Domain, analyse
+from fusionlab.fusion.domain import Domain, analyse, view_source
+from fusionlab.fusion.kinds import KERNEL_GROUP_KINDS, GroupKind
 from fusionlab.fusion.policy import GroupInfo, Policy, Verdict
 from fusionlab.ir import Graph
 
@@ -42,7 +43,7 @@ class FusionGroup:
     """Nodes that become one kernel (or one extern call, or one view between kernels)."""
 
     name: str
-    kind: str
+    kind: GroupKind
     nodes: tuple[str, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -53,7 +54,7 @@ class FusionGroup:
 
     @property
     def is_kernel(self) -> bool:
-        return self.kind in ("pointwise", "reduction", "matmul")
+        return self.kind in KERNEL_GROUP_KINDS
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,7 @@ def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], 
     inside = set(members)
     inputs = list(dict.fromkeys(v for n in nodes for v in n.inputs if v not in inside))
     domain = None
-    if info.kind in ("pointwise", "reduction", "matmul"):
+    if info.kind in KERNEL_GROUP_KINDS:
         result = analyse(graph, members, stored)
         domain = result if isinstance(result, Domain) else None
     read, written = (0, 0) if info.kind == "view" else _traffic(graph, members, stored)
@@ -271,13 +272,5 @@ def _traffic(graph: Graph, members: Sequence[str], stored: Sequence[str]) -> tup
     """Bytes read and written by one kernel over these nodes: each input tensor is read once and each stored
     value written once (broadcast loads hit the cache)."""
     inside = set(members)
-    inputs = dict.fromkeys(_storage(graph, v) for m in members for v in graph[m].inputs if v not in inside)
+    inputs = dict.fromkeys(view_source(graph, v) for m in members for v in graph[m].inputs if v not in inside)
     return sum(graph.nbytes(v) for v in inputs), sum(graph.nbytes(v) for v in stored)
-
-
-def _storage(graph: Graph, value: str) -> str:
-    """Follow views back to the tensor they read, so a broadcast input counts its own bytes once."""
-    node = graph[value]
-    while node.kind == "view" and node.op in ("expand", "reshape") and node.inputs:
-        node = graph[node.inputs[0]]
-    return node.name

@@ -1,7 +1,8 @@
 """Fusion policies: small objects that say whether a producer group may fuse into a consumer group, and why.
 
-A policy only states preference; whether a kernel can exist at all (one iteration domain, no cycle) is checked
-by the fusion pass itself. Write your own in a notebook cell:
+A policy only states preference; whether a kernel can exist at all is legality, stated once in `fusion/domain.py`:
+the built-in policies ask it (`domain.pair_blocker`) so that their verdicts say why, and the fusion pass checks
+it for every policy (one iteration domain, no cycle). Write your own in a notebook cell:
 
     >>> class OnlyExp:
     ...     name = "only-exp"
@@ -16,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from fusionlab.fusion.domain import extern_blocker, pair_blocker
+from fusionlab.fusion.kinds import GroupKind, group_kind
 from fusionlab.ir import Node
 
 
@@ -36,12 +39,8 @@ class GroupInfo:
         return tuple(n.op for n in self.nodes)
 
     @property
-    def kind(self) -> str:
-        kinds = {n.kind for n in self.nodes}
-        for kind in ("extern", "matmul", "reduction", "pointwise"):
-            if kind in kinds:
-                return kind
-        return "view"
+    def kind(self) -> GroupKind:
+        return group_kind(n.kind for n in self.nodes)
 
     @property
     def label(self) -> str:
@@ -57,32 +56,8 @@ class Policy(Protocol):
 
 
 def _extern_reason(producer: GroupInfo, consumer: GroupInfo) -> Verdict | None:
-    for side in (producer, consumer):
-        if side.kind == "extern":
-            op = side.nodes[0].op
-            where = "cuBLAS" if any(k in op for k in ("mm", "matmul", "linear", "bmm")) else "eager PyTorch"
-            return Verdict(False, f"extern op: {op} runs in {where} between kernels")
-    return None
-
-
-def _matmul_verdict(producer: GroupInfo, consumer: GroupInfo) -> Verdict | None:
-    """What can join a generated Triton matmul: pointwise consumers of its [M, N] output (an epilogue on the
-    accumulator tile), not reductions over it, a second matmul, or a prologue into its operands."""
-    if "matmul" not in (producer.kind, consumer.kind):
-        return None
-    if producer.kind == "matmul" and consumer.kind == "matmul":
-        return Verdict(False, "a consumer needing another matmul: the second product needs the first one's whole "
-                              "output, so each matmul is a kernel of its own")
-    if consumer.kind == "matmul":
-        operands = {v for n in consumer.nodes if n.kind == "matmul" for v in n.inputs}
-        if any(n.name in operands for n in producer.nodes):
-            return Verdict(False, "prologue into the matmul's inputs: not fused (the matmul loads its operands tile "
-                                  "by tile from memory, through their strides)")
-        return Verdict(True, "operand of a matmul epilogue: computed per output element, on the accumulator tile")
-    if consumer.kind == "reduction":
-        return Verdict(False, "a reduction over the matmul's output: its rows span the tiles of several programs, "
-                              "so it runs as a kernel of its own")
-    return Verdict(True, "matmul epilogue: applied to the accumulator tile before the store")
+    blocker = extern_blocker(producer.nodes, consumer.nodes)
+    return None if blocker is None else Verdict(False, blocker)
 
 
 POINTWISE_PAIR = Verdict(True, "both are pointwise over the same elements: one pass, the intermediate stays in "
@@ -126,10 +101,14 @@ class DefaultFusion:
     name = "default"
 
     def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict:
-        settled = _extern_reason(producer, consumer) or _matmul_verdict(producer, consumer)
-        if settled:
-            return settled
+        blocker = pair_blocker(producer.nodes, consumer.nodes)
+        if blocker is not None:
+            return Verdict(False, blocker)
         kinds = (producer.kind, consumer.kind)
+        if consumer.kind == "matmul":
+            return Verdict(True, "operand of a matmul epilogue: computed per output element, on the accumulator tile")
+        if producer.kind == "matmul":
+            return Verdict(True, "matmul epilogue: applied to the accumulator tile before the store")
         if kinds == ("reduction", "reduction"):
             return Verdict(True, "both reduce the same rows: one kernel keeps the row in registers")
         if consumer.kind == "reduction":
