@@ -107,7 +107,7 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     sizes: dict[str, Any] = {}
     for node in graph_module.graph.nodes:
         value = node.meta.get("val")
-        if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             sizes[node.name] = _to_value(value, substitution)
         if isinstance(value, torch.Tensor):
             types[node.name] = _tensor_type(value, substitution)
@@ -283,9 +283,11 @@ def _to_dim(size: Any, plan: dict[sympy.Symbol, Any]) -> Dim:
     return int(size)
 
 
-def _to_value(size: torch.SymInt | torch.SymFloat, plan: dict[sympy.Symbol, Any]) -> Any:
+def _to_value(size: torch.SymInt | torch.SymFloat | torch.SymBool, plan: dict[sympy.Symbol, Any]) -> Any:
     """A size computation's value: a Python number, or a sympy expression over the kept symbols."""
-    expr = sympy.sympify(size.node.expr).xreplace(plan)
+    expr = sympy.sympify(sympy.sympify(size.node.expr).xreplace(plan))  # a fixed symbol may leave a Python int
+    if isinstance(size, torch.SymBool):
+        return bool(expr) if expr in (sympy.true, sympy.false) else expr
     if expr.is_number:
         return int(expr) if isinstance(size, torch.SymInt) else float(expr)
     return expr

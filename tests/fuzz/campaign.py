@@ -115,7 +115,10 @@ def write_repros(summary: Summary, out_dir: Path, shrink_failures: bool, per_sig
     ranked = sorted(summary.failures.items(), key=lambda item: -len(item[1]))[:most]
     for number, ((runner, outcome, _), seeds) in enumerate(ranked):
         for seed in sorted(seeds)[:per_signature]:
-            program = generate(seed)
+            try:
+                program = generate(seed)
+            except Exception:  # noqa: BLE001 - a generator bug is reported by the summary, not written as a repro
+                continue
             failure = run(program, runner)
             if failure.outcome not in ("wrong", "crashed"):
                 continue

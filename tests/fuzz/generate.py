@@ -223,7 +223,7 @@ def views(b: Builder) -> str | None:
     if form == 0:
         return f"{name} = {a}[..., ::2]"
     if form == 1:
-        return f"{name} = {a}[{b.rng.randrange(n)}::{b.rng.choice((2, 3))}]"
+        return f"{name} = {a}[{b.rng.randrange(max(n, 1))}::{b.rng.choice((2, 3))}]"
     if form == 2:
         ones = [i for i, s in enumerate(x.shape) if s == 1]
         shape = [b.rng.choice((2, 3, 4)) if i in ones else -1 for i in range(x.dim())]
@@ -249,13 +249,13 @@ def views(b: Builder) -> str | None:
             return f"{name} = {a}.reshape({x.shape[0]}, -1)"
         return f"{name} = {a}.view(-1, {x.shape[-1]})"
     if form == 10:
-        start = b.rng.randrange(n) if n else 0
+        start = b.rng.randrange(max(n, 1)) if n else 0
         return f"{name} = {a}.narrow({d}, {start}, {b.rng.randrange(n - start + 1) if n else 0})"
     if form == 11:
         return f"{name} = {a}.t()" if x.dim() <= 2 else f"{name} = {a}.mT"
     if form == 12:
         return f"{name} = {a}.squeeze()"
-    return f"{name} = {a}[{b.rng.randrange(n)}:, ::2].flip({d})" if x.dim() >= 2 else f"{name} = {a}.flip(0)"
+    return f"{name} = {a}[{b.rng.randrange(max(n, 1))}:, ::2].flip({d})" if x.dim() >= 2 else f"{name} = {a}.flip(0)"
 
 
 def inplace(b: Builder) -> str | None:
@@ -276,7 +276,9 @@ def input_mutation(b: Builder) -> str | None:
 
 def _write(b: Builder, y: str) -> str | None:
     x = b.value(y)
-    other = b.pick(lambda v: v.dim() <= x.dim()) or "1"
+    # Never a view of `y` itself: an in-place op reading memory it writes is undefined in eager PyTorch.
+    other = b.pick(lambda v: v.dim() <= x.dim() and v.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+                   ) or "1"
     index = b.rng.randrange(x.shape[0]) if x.shape[0] else 0
     forms = [
         f"{y}[:, 0] = 0" if x.dim() >= 2 else f"{y}[0] = 0",
