@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 
 import fusionlab as fl
+from fusionlab.codegen import reductions
+from fusionlab.decompose.primitives import REDUCTIONS
 from tests.cases import find
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -299,3 +301,20 @@ def test_short_rows_take_one_warp_per_program() -> None:
         assert (config.XBLOCK, config.RBLOCK, config.num_warps) == (rows, triton.next_power_of_2(rnumel), 1)
     assert choose(KernelShape("reduction", 8192, 8192, True, 1), "cuda").num_warps == 16
     assert choose(KernelShape("reduction", 8192, 2048, True, 0), "cuda").num_warps == 8
+
+
+def test_reduction_tables_cover_every_reduction_primitive() -> None:
+    # codegen/reductions.py keeps its own table per reduction primitive (decompose's REDUCTIONS names them).
+    assert set(reductions.IDENTITY) == set(REDUCTIONS)
+    assert set(reductions.ROW_REDUCE) | set(reductions.ARG_BETTER) == set(REDUCTIONS)
+    assert set(reductions.ACCUMULATE) == set(reductions.ROW_REDUCE)
+
+
+def test_wrapper_sections_are_the_lines_each_group_wrote() -> None:
+    ex = fl.explore(lambda x, w: torch.relu(torch.softmax(x, -1) @ w).sum(-1), torch.randn(4, 8), torch.randn(8, 8))
+    program = ex.generated.program
+    lines = program.wrapper.splitlines()
+    assert [s.group for s in program.sections] == [g.name for g in ex.fused.groups]
+    assert lines[program.sections[0].first - 1].strip().startswith("#")
+    assert lines[program.sections[-1].last].strip().startswith("return")
+    assert all(a.last + 1 == b.first for a, b in zip(program.sections, program.sections[1:]))

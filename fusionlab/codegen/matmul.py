@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from fusionlab.codegen.kernel import HEAVY_OPS, IndexMap, KernelArgument, KernelSource, KernelWriter, _Scope
-from fusionlab.fusion.domain import Domain
+from fusionlab.codegen.indexing import KernelArgument
+from fusionlab.codegen.kernel import KernelSource, KernelWriter, _Scope
+from fusionlab.codegen.plan import plan_matmul
+from fusionlab.fusion.domain import IndexMap
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Ref
 from fusionlab.names import comment
@@ -29,15 +31,10 @@ _LOCALS = ("pid", "pid_m", "pid_n", "programs_m", "programs_n", "programs_in_gro
 class MatmulWriter(KernelWriter):
     """Writes the kernel of a group holding one `matmul` node and its epilogue (pointwise over [M, N])."""
 
-    x_block = "BLOCK_M"  # the epilogue's broadcast scalars are sized by the tile's rows
-
     def __init__(self, graph: Graph, group: FusionGroup, name: str, contiguous: set[str]) -> None:
-        super().__init__(graph, group, name, contiguous, tile_pointwise=False)
-        if len(self.domain.shape) != 2:
-            raise ValueError(f"{group.name}: a matmul kernel walks a 2-D output, not {tuple(self.domain.shape)}")
-        # The epilogue walks the output tile as a 2-D [rows, columns] layout: xindex rows, rindex columns.
-        self.tiled, self.two_d = True, True
-        self.layout = Domain(self.domain.shape, (1,))
+        # The epilogue walks the output tile as a 2-D [rows, columns] layout: xindex rows, rindex columns; its
+        # broadcast scalars are sized by the tile's rows (BLOCK_M).
+        super().__init__(graph, group, name, contiguous, plan_matmul(graph, group))
         self.namer.taken.update(_LOCALS)
         self.product = next(graph[n] for n in group.nodes if graph[n].kind == "matmul")
 
@@ -111,12 +108,8 @@ class MatmulWriter(KernelWriter):
             "steps (tl.dot); the epilogue runs on the accumulator before the store",
         ]
 
-    def _ordered(self) -> list[KernelArgument]:
-        roles = ["input", "output", "size", "stride", "scalar"]
-        return sorted(self.arguments.values(), key=lambda a: roles.index(a.role))
-
     def _parameters(self) -> list[str]:
-        names = [a.name for a in self._ordered()] + ["knumel", "xnumel", "rnumel"]
+        names = [a.name for a in self.ordered_arguments()] + ["knumel", "xnumel", "rnumel"]
         return names + [f"{c}: tl.constexpr" for c in MATMUL_CONSTEXPRS]
 
     def _source(self, lines: list[str]) -> KernelSource:
@@ -124,6 +117,5 @@ class MatmulWriter(KernelWriter):
         # K is the last positional argument: the wrapper passes it and the launcher reads it for EVEN_K.
         extent = KernelArgument("knumel", "extent", left, 1)
         numels = (KernelArgument("xnumel", "numel"), KernelArgument("rnumel", "numel"))
-        heavy = sum(1 for n in self.group.nodes if self.graph[n].op in HEAVY_OPS)
         return KernelSource(self.name, self.group.name, "matmul", "\n".join(lines) + "\n",
-                            (*self._ordered(), extent, *numels), False, self.domain, heavy)
+                            (*self.ordered_arguments(), extent, *numels), False, self.domain, self.plan.heavy)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sympy
 import torch
@@ -24,12 +24,21 @@ from fusionlab.capture import CaptureResult
 from fusionlab.codegen.kernel import KernelSource, KernelWriter
 from fusionlab.codegen.kinds import TILE_KINDS
 from fusionlab.codegen.matmul import MatmulWriter
+from fusionlab.codegen.plan import plan_kernel
 from fusionlab.codegen.preamble import KERNEL_PREAMBLE
 from fusionlab.fusion.fuse import FuseResult, FusionGroup
 from fusionlab.ir import Dim, Graph, Node, Ref, contiguous_strides, product
 from fusionlab.names import Namer, comment
 
-__all__ = ["KERNEL_PREAMBLE", "Program", "generate_program"]
+__all__ = ["KERNEL_PREAMBLE", "Program", "WrapperSection", "generate_program"]
+
+
+class WrapperSection(NamedTuple):
+    """The wrapper lines one group wrote (1-based, inclusive): its allocations and launch, extern calls or views."""
+
+    group: str
+    first: int
+    last: int
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ class Program:
     kernels: tuple[KernelSource, ...]
     namespace_constants: dict[str, Any]
     input_names: tuple[str, ...]
+    sections: tuple[WrapperSection, ...] = ()  # each group's lines of `wrapper`, in program order
 
 
 def render_dim(dim: Dim) -> str:
@@ -77,6 +87,8 @@ class ProgramWriter:
             return repr(value)
         if isinstance(value, sympy.Expr):
             return render_dim(value)
+        if isinstance(value, sympy.logic.boolalg.Boolean):  # a condition on sizes (`a.numel() > 8`)
+            return f"({PythonPrinter().doprint(value)})"
         if isinstance(value, torch.dtype):
             return repr(value)  # "torch.float32": ours, not user text
         name = self.namer.identifier(f"const_{hint}", key=f"constant:{len(self.constants)}")  # one name per value
@@ -111,7 +123,8 @@ class ProgramWriter:
         if group.kind == "matmul":
             source = MatmulWriter(self.graph, group, name, dense).write()
         else:
-            source = KernelWriter(self.graph, group, name, dense, self.force_looped).write()
+            plan = plan_kernel(self.graph, group, dense, self.force_looped)
+            source = KernelWriter(self.graph, group, name, dense, plan).write()
         self.kernels.append(source)
         self.lines.append(f"    # {comment(group.name)}: reads {comment(', '.join(group.inputs))}; "
                           f"writes {comment(', '.join(group.outputs))}")
@@ -189,7 +202,9 @@ class ProgramWriter:
         for value, param in zip(self.graph.inputs, params):
             if value in dense and any(value in g.inputs for g in self.fused.groups if g.is_kernel):
                 header.append(f"    {param} = {param}.contiguous()")
+        spans: list[tuple[str, int, int]] = []  # each group's lines, as indices into self.lines
         for index, group in enumerate(self.fused.groups):
+            start = len(self.lines)
             if group.is_kernel:
                 self.kernel(group, index, dense)
             elif group.kind == "extern":
@@ -198,9 +213,12 @@ class ProgramWriter:
             else:
                 for name in group.nodes:
                     self.view(self.graph[name])
+            spans.append((group.name, start, len(self.lines)))
         outputs = [self.var(v) for v in self.graph.outputs]
         body = header + self.lines + [f"    return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
-        return Program("\n".join(body) + "\n", tuple(self.kernels), dict(self.constants), tuple(params))
+        sections = tuple(WrapperSection(group, len(header) + start + 1, len(header) + end)
+                         for group, start, end in spans)
+        return Program("\n".join(body) + "\n", tuple(self.kernels), dict(self.constants), tuple(params), sections)
 
 
 def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,

@@ -16,7 +16,6 @@ from typing import Any
 
 from fusionlab.codegen.kernel import KernelSource
 from fusionlab.fusion.fuse import FusionGroup
-from fusionlab.names import comment
 from fusionlab.stages import Fused, Generated
 
 __all__ = ["extern_calls", "find_group", "inductor_kernels_of", "kernel_body", "kernel_of_group",
@@ -47,45 +46,12 @@ def kernel_of_group(generated: Generated, group_name: str) -> KernelSource | Non
 
 
 def wrapper_sections(generated: Generated) -> dict[str, str]:
-    """Each group's lines of the wrapper program: allocation and launch, extern call, or view."""
-    fused = generated.previous
-    graph = fused.previous.graph
+    """Each group's lines of the wrapper program: allocation and launch, extern call, or view (as the program
+    writer recorded them, without the function body's indent)."""
     lines = generated.wrapper.splitlines()
-    position = 0
-    kernel_names = {k.group: k.name for k in generated.kernels}
-    while position < len(lines) and not _starts_group(lines[position]):
-        position += 1
-    sections: dict[str, str] = {}
-    for group in fused.groups:
-        start = position
-        if group.is_kernel:
-            if position >= len(lines) or not lines[position].strip().startswith(f"# {comment(group.name)}"):
-                return sections  # the wrapper's layout is not the one this reader knows: stop, keep what is sure
-            launch = f"launch({kernel_names.get(group.name, '')},"
-            while position < len(lines) and launch not in lines[position]:
-                position += 1
-            position += 1
-        else:
-            for name in group.nodes:
-                if position >= len(lines):
-                    return sections
-                position += 1
-                node = graph[name]
-                if node.kind == "extern" and node.param("outputs") and position < len(lines) \
-                        and "_all[0]" in lines[position]:
-                    position += 1
-        sections[group.name] = "\n".join(line[4:] if line.startswith("    ") else line
-                                         for line in lines[start:position])
-    return sections
-
-
-def _starts_group(line: str) -> bool:
-    text = line.strip()
-    if not text or text.startswith(("def ", "device =", "return ")):
-        return False
-    if text.endswith(".contiguous()") or ".shape[" in text:
-        return False
-    return True
+    return {section.group: "\n".join(line[4:] if line.startswith("    ") else line
+                                      for line in lines[section.first - 1:section.last])
+            for section in generated.program.sections}
 
 
 def extern_calls(generated: Generated) -> tuple[str, ...]:

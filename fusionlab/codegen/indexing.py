@@ -1,0 +1,154 @@
+"""How a kernel addresses its domain: index expressions, element offsets and bounds masks, and the kernel arguments
+(sizes, strides) they read.
+
+Every value is read or written at an *index map*: for each of its dimensions, the domain dimension it follows, None
+(a broadcast), or a `Shift` (a slice of a concatenation). `IndexWriter` turns a map into Triton expressions over
+`xindex` (rows) and `rindex` (columns of a 2-D layout), naming each size and stride it needs as an argument, so
+that no size is ever baked into the source. The emitter (codegen/kernel.py) builds on it.
+
+    >>> writer.offset("x", (0, 1), dense=False)
+    'd0 * stride_x_0 + rindex * stride_x_1'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fusionlab.codegen.plan import ARGUMENT_ROLES, KernelPlan
+from fusionlab.fusion.domain import IndexMap
+from fusionlab.fusion.fuse import FusionGroup
+from fusionlab.ir import Graph
+from fusionlab.names import Namer
+
+# Names of the kernels' own code: reserved so that no value or argument can take them.
+RESERVED = ("xindex", "rindex", "xmask", "rmask", "mask", "xnumel", "rnumel", "XBLOCK", "RBLOCK", "EVEN_X", "EVEN_R",
+            "roffset", "xoffset", "take", "candidate")
+
+
+@dataclass(frozen=True)
+class Shift:
+    """An index map's entry for a slice of a concatenation: domain index minus `offset`, valid for `length`."""
+
+    dim: int
+    offset: str  # a kernel argument (sizes are never baked into source)
+    length: str
+
+
+@dataclass(frozen=True)
+class KernelArgument:
+    """One kernel parameter and where the wrapper finds its value."""
+
+    name: str
+    role: str  # "input" | "output" | "size" | "stride" | "numel" | "scalar" (an integer given by `expr`)
+    value: str = ""  # the graph value (input/output/stride) it belongs to
+    dim: int = -1
+    expr: str = ""  # for sizes: the sympy expression, printed
+
+
+def bounds_mask(index: str, numel: str, even: str, shape: str) -> str:
+    """A bounds mask that is a constant True when the launch says the size divides the block."""
+    return f"tl.full({shape}, True, tl.int1) if {even} else {index} < {numel}"
+
+
+class IndexWriter:
+    """Index expressions of one kernel over `plan.layout`, and the arguments they name (in `arguments`)."""
+
+    def __init__(self, graph: Graph, group: FusionGroup, name: str, plan: KernelPlan) -> None:
+        self.graph, self.group, self.name, self.plan = graph, group, name, plan
+        self.domain, self.layout = plan.domain, plan.layout
+        # Index variables (d0, d1, ...) are reserved up front so no value name can take them.
+        self.namer = Namer({f"d{i}" for i in range(len(self.domain.shape))} | set(RESERVED))
+        self.arguments: dict[str, KernelArgument] = {}
+        self.dim_lines: dict[str, str] = {}  # `dN = ...` lines, emitted once before the body
+
+    # -- arguments ------------------------------------------------------------------------------
+    def _argument(self, raw: str, role: str, value: str = "", dim: int = -1, expr: str = "") -> str:
+        key = f"{role}:{value}:{dim}:{raw}"
+        if key not in self.arguments:
+            name = self.namer.identifier(raw, key)
+            self.arguments[key] = KernelArgument(name, role, value, dim, expr)
+        return self.arguments[key].name
+
+    def _size(self, dim: int) -> str:
+        return self._argument(f"size{dim}", "size", dim=dim, expr=str(self.domain.shape[dim]))
+
+    def ordered_arguments(self) -> list[KernelArgument]:
+        """The named arguments in parameter order: inputs, outputs, sizes, strides, scalars."""
+        return sorted(self.arguments.values(), key=lambda a: ARGUMENT_ROLES.index(a.role))
+
+    # -- domain indexing ------------------------------------------------------------------------
+    def _dims_of(self, group: Sequence[int], flat: str) -> dict[int, str]:
+        """Expressions for each domain dimension in `group`, unflattened from the flat index `flat`."""
+        result: dict[int, str] = {}
+        for position, dim in enumerate(group):
+            later = group[position + 1:]
+            expr = flat
+            if later:
+                divisor = " * ".join(self._size(d) for d in later)
+                expr = f"({expr} // ({divisor}))"
+            if position > 0:
+                expr = f"({expr} % {self._size(dim)})"
+            result[dim] = expr
+        return result
+
+    def dim_expr(self, dim: int) -> str:
+        if dim in self.layout.axes:
+            exprs = self._dims_of(self.layout.axes, "rindex")
+        else:
+            exprs = self._dims_of(self.layout.outer, "xindex")
+        variable = f"d{dim}"
+        in_r = dim in self.layout.axes
+        if variable not in self.dim_lines and not in_r:
+            self.dim_lines[variable] = f"{variable} = {exprs[dim]}"
+        return variable if not in_r else exprs[dim]
+
+    def full_map(self) -> IndexMap:
+        return tuple(range(len(self.domain.shape)))
+
+    def _flat_offset(self, index_map: IndexMap) -> str | None:
+        """The offset of a dense row-major value read at `index_map`, when no div/mod is needed."""
+        used = [m for m in index_map if m is not None]
+        every = [d for d in range(len(self.domain.shape)) if self.domain.shape[d] != 1]
+        if self.plan.two_d:
+            outer = [d for d in self.layout.outer if self.layout.shape[d] != 1]
+            if used == every and self.plan.trailing_axes:
+                return "xindex * rnumel + rindex"
+            if used == outer:
+                return "xindex"
+            return None
+        return "xindex" if used == every else None
+
+    def offset(self, value: str, index_map: IndexMap, dense: bool) -> str:
+        if dense:
+            flat = self._flat_offset(index_map)
+            if flat is not None:
+                return flat
+        terms = []
+        for position, dim in enumerate(index_map):
+            if dim is None:
+                continue
+            stride = self._argument(f"stride_{value}_{position}", "stride", value, position)
+            terms.append(f"{self.entry_expr(dim)} * {stride}")
+        return " + ".join(terms) or "0"
+
+    def entry_expr(self, entry: int | Shift) -> str:
+        if isinstance(entry, Shift):
+            return f"({self.dim_expr(entry.dim)} - {entry.offset})"
+        return self.dim_expr(entry)
+
+    def guards(self, index_map: IndexMap) -> list[str]:
+        """Range conditions of the concatenation slices a load reads (so no other slice's index is read)."""
+        return [f"({self.dim_expr(e.dim)} >= {e.offset}) & ({self.dim_expr(e.dim)} < {e.offset} + {e.length})"
+                for e in index_map if isinstance(e, Shift)]
+
+    def mask_for(self, expr: str) -> str | None:
+        has_x = "xindex" in expr or any(f"d{d}" in expr for d in self.layout.outer)
+        has_r = "rindex" in expr
+        if has_x and has_r:
+            return "mask"
+        if has_x:
+            return "xmask"
+        if has_r:
+            return "rmask"
+        return None
