@@ -25,7 +25,7 @@ import triton.testing
 
 import fusionlab as fl
 import fusionlab.decompose.primitives as primitives
-import fusionlab.decompose.rules as rules
+import fusionlab.decompose.rules.copies as copies
 import fusionlab.runtime.config as config
 from fusionlab.measure.workloads import get
 
@@ -34,7 +34,7 @@ VARIANTS = ("current", "libdevice_erf", "short_rows_8_warps", "transposed_copy")
 
 @contextlib.contextmanager
 def variant(name: str) -> Iterator[None]:
-    saved = (dict(primitives.FLOAT32_OVERRIDES), config._cuda, rules._feeds_products_only)
+    saved = (dict(primitives.FLOAT32_OVERRIDES), config._cuda, copies._feeds_products_only)
     if name == "libdevice_erf":
         primitives.FLOAT32_OVERRIDES.clear()
     if name == "short_rows_8_warps":
@@ -46,13 +46,13 @@ def variant(name: str) -> Iterator[None]:
             return chosen
         config._cuda = eight  # type: ignore[assignment]
     if name == "transposed_copy":
-        rules._feeds_products_only = lambda node: False  # type: ignore[assignment]
+        copies._feeds_products_only = lambda node: False  # type: ignore[assignment]
     try:
         yield
     finally:
         primitives.FLOAT32_OVERRIDES.clear()
         primitives.FLOAT32_OVERRIDES.update(saved[0])
-        config._cuda, rules._feeds_products_only = saved[1], saved[2]  # type: ignore[assignment]
+        config._cuda, copies._feeds_products_only = saved[1], saved[2]  # type: ignore[assignment]
 
 
 def kernel_times(run: Any, calls: int = 20) -> dict[str, float]:

@@ -117,7 +117,9 @@ INTEGER_OVERRIDES: dict[str, str] = {
     "minimum": "tl.minimum({0}, {1})",
 }
 
-# Reductions: name -> (identity for masked lanes given the compute dtype kind, combine description).
+# The reduction primitives, by name. Each reader keeps its own table keyed by these names: code generation the
+# masked lanes' identity and the combine step in Triton source, the reference interpreter the torch call
+# (`reference.REDUCTION_OPS`; tests/test_reference.py checks it covers them all).
 REDUCTIONS: tuple[str, ...] = ("sum", "mean", "prod", "amax", "amin", "argmax", "argmin")
 
 VIEWS: tuple[str, ...] = ("reshape", "expand", "permute", "slice", "select")

@@ -1,0 +1,108 @@
+"""Reduction rules: sum, mean, prod, max/min and their arg forms become reduction primitives; var, std,
+logsumexp and the vector norm are built from them and pointwise primitives.
+
+    >>> aten.var_mean in REDUCTION_RULES
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable
+from fusionlab.decompose.rules.pointwise import float_operands
+from fusionlab.ir import Ref
+
+aten = torch.ops.aten
+
+
+def _dims(dim: Any) -> tuple[int, ...]:
+    if dim is None:
+        return ()
+    if isinstance(dim, int):
+        return (dim,)
+    return tuple(dim)
+
+
+def _sum(b: Builder, x: Ref, dim: Any = None, keepdim: bool = False, dtype: torch.dtype | None = None) -> Ref:
+    return b.reduce("sum", x, _dims(dim), keepdim, dtype)
+
+
+def _mean(b: Builder, x: Ref, dim: Any = None, keepdim: bool = False, dtype: torch.dtype | None = None) -> Ref:
+    return b.reduce("mean", x, _dims(dim), keepdim, dtype)
+
+
+def _prod(b: Builder, x: Ref, dim: Any = None, keepdim: bool = False, dtype: torch.dtype | None = None) -> Ref:
+    return b.reduce("prod", x, _dims(dim), keepdim, dtype)
+
+
+def _minmax(op: str) -> Rule:
+    def rule(b: Builder, x: Ref, dim: Any = None, keepdim: bool = False) -> Ref:
+        return b.reduce(op, x, _dims(dim), keepdim)
+    return rule
+
+
+def _max_dim(op: str, index_op: str) -> Rule:
+    def rule(b: Builder, x: Ref, dim: Any = None, keepdim: bool = False) -> Any:
+        if dim is None:
+            return b.reduce(op, x, (), False)
+        return b.reduce(op, x, (dim,), keepdim), b.reduce(index_op, x, (dim,), keepdim)
+    return rule
+
+
+def _var(b: Builder, x: Ref, dim: Any = None, *, correction: Any = None, keepdim: bool = False,
+         unbiased: Any = None) -> Ref:
+    correction = 1 if correction is None else correction
+    dims = _dims(dim)
+    x = float_operands(b, x)[0]
+    count = b.reduced_numel(x, dims)
+    mean = b.reduce("mean", x, dims, True)
+    centered = b.pointwise("sub", x, mean)
+    squares = b.reduce("sum", b.pointwise("mul", centered, centered), dims, keepdim)
+    return b.pointwise("div", squares, max(count - correction, 0))
+
+
+def _std(b: Builder, x: Ref, dim: Any = None, **kwargs: Any) -> Ref:
+    return b.pointwise("sqrt", _var(b, x, dim, **kwargs))
+
+
+def _var_mean(b: Builder, x: Ref, dim: Any = None, **kwargs: Any) -> tuple[Ref, Ref]:
+    return _var(b, x, dim, **kwargs), b.reduce("mean", x, _dims(dim), kwargs.get("keepdim", False))
+
+
+def _logsumexp(b: Builder, x: Ref, dim: Any, keepdim: bool = False) -> Ref:
+    x = float_operands(b, x)[0]
+    top = b.reduce("amax", x, _dims(dim), True)
+    safe = b.pointwise("where", b.pointwise("isinf", top), 0.0, top)
+    total = b.reduce("sum", b.pointwise("exp", b.pointwise("sub", x, safe)), _dims(dim), True)
+    result = b.pointwise("add", b.pointwise("log", total), safe)
+    if not keepdim:
+        result = b.reshape(result, b.expected.shape)
+    return result
+
+
+def _vector_norm(b: Builder, x: Ref, ord: Any = 2, dim: Any = None, keepdim: bool = False,  # noqa: A002
+                 dtype: Any = None) -> Ref:
+    if ord != 2:
+        raise RuleNotApplicable(f"vector norm of order {ord}")
+    return b.pointwise("sqrt", b.reduce("sum", b.pointwise("mul", x, x), _dims(dim), keepdim))
+
+
+REDUCTION_RULES: dict[Any, Rule] = {
+    aten.sum: _sum,
+    aten.mean: _mean,
+    aten.prod: _prod,
+    aten.amax: _minmax("amax"),
+    aten.amin: _minmax("amin"),
+    aten.argmax: _minmax("argmax"),
+    aten.argmin: _minmax("argmin"),
+    aten.max: _max_dim("amax", "argmax"),
+    aten.min: _max_dim("amin", "argmin"),
+    aten.var: _var,
+    aten.std: _std,
+    aten.var_mean: _var_mean,
+    aten.logsumexp: _logsumexp,
+    aten.linalg_vector_norm: _vector_norm,
+}
