@@ -2,43 +2,50 @@
 
     >>> ex = explore(lambda x, b: torch.nn.functional.gelu(x + b), torch.randn(8, 16), torch.randn(16))
     >>> ex.fused
-    Fused(policy='default', 1 kernel, 0 extern, 9 decisions)
+    Fused(policy='default', 1 kernel, 0 extern, 7 decisions)
     >>> out = ex(torch.randn(8, 16), torch.randn(16))
     >>> ex.verify().ok
     True
+
+An `Exploration` only caches the stages: `ex.decomposed` is `ex.captured.decompose(...)` with its options, and so on
+down the pipeline (fusionlab.stages).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.capture import TENSOR_SLOT, capture, check_guards, check_inputs, flatten_call
-from fusionlab.codegen.program import generate_program
-from fusionlab.decompose import decompose, decomposition_rules
+from fusionlab.capture import TENSOR_SLOT, check_guards, check_inputs, flatten_call
+from fusionlab.decompose import decomposition_rules
 from fusionlab.eager_grad import needs_grad, run_with_grad
-from fusionlab.fusion.fuse import FuseResult, fuse
 from fusionlab.fusion.policy import Policy, resolve_policy
-from fusionlab.runtime.runnable import Runnable
-from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated
-from fusionlab.verify import Programs, VerifyReport, verify_call
+from fusionlab.localise import Programs
+from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated, capture
+from fusionlab.verify import VerifyReport, verify_call
 
-__all__ = ["Exploration", "explore"]
+__all__ = ["Exploration", "capture", "explore"]
 
 
 class Exploration:
-    """One function and its example inputs; each stage is computed on first use, once."""
+    """One function and its example inputs; each stage is computed on first use, once.
+
+    `captured=` or `decomposed=` start it from stages made already (by another exploration of the same function
+    and options, as `with_fusion` does): those are reused, not computed again.
+
+        >>> again = Exploration(ex.fn, ex.example_args, ex.example_kwargs, decomposed=ex.decomposed, policy="none")
+    """
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  policy: str | Policy = "default", dynamic: bool = False, forbid: Sequence[tuple[str, str]] = (),
                  force: Sequence[tuple[str, str]] = (), looped_reductions: bool = False, autotune: bool = False,
-                 matmul: str = "extern", _shared: dict[str, Any] | None = None) -> None:
+                 matmul: str = "extern", captured: Captured | None = None,
+                 decomposed: Decomposed | None = None) -> None:
         self.fn = fn
         self.example_args = args
         self.example_kwargs = kwargs
@@ -50,7 +57,14 @@ class Exploration:
         self.autotune = autotune
         self.matmul = matmul
         self._rules = decomposition_rules(matmul)  # checks the option now, not at the first stage
-        self._shared = _shared or {}
+        if decomposed is not None:
+            if captured is not None and decomposed.previous is not captured:
+                raise ValueError("decomposed= was not made from captured=: pass one of them, or the decomposition "
+                                 "of the capture (captured.decompose(...))")
+            captured = decomposed.previous
+            vars(self)["decomposed"] = decomposed  # the cached_property's own slot: used as if computed here
+        if captured is not None:
+            vars(self)["captured"] = captured
         self._checked: set[tuple[Any, ...]] = set()
         # A plain function of positional tensors (no module, no closure state): calls need no pytree flattening.
         self._plain_call = (not isinstance(fn, torch.nn.Module) and not kwargs
@@ -67,47 +81,23 @@ class Exploration:
     # -- stages ---------------------------------------------------------------------------------
     @functools.cached_property
     def captured(self) -> Captured:
-        if "captured" in self._shared:
-            return self._shared["captured"]  # type: ignore[no-any-return]
-        start = time.perf_counter()
-        result = capture(self.fn, self.example_args, self.example_kwargs, self.dynamic)
-        return Captured(result, time.perf_counter() - start)
+        return capture(self.fn, *self.example_args, dynamic=self.dynamic, kwargs=self.example_kwargs)
 
     @functools.cached_property
     def decomposed(self) -> Decomposed:
-        if "decomposed" in self._shared:
-            return self._shared["decomposed"]  # type: ignore[no-any-return]
-        captured = self.captured  # each stage times its own work only (bench sums them)
-        start = time.perf_counter()
-        result = decompose(captured.result, self._rules)
-        return Decomposed(result.graph, result.fallbacks, captured, time.perf_counter() - start)
+        return self.captured.decompose(self._rules)
 
     @functools.cached_property
     def fused(self) -> Fused:
-        decomposed = self.decomposed
-        start = time.perf_counter()
-        result = fuse(decomposed.graph, self.policy, self.forbid, self.force)
-        return Fused(result.groups, result.decisions, result.partitions, self.policy.name, self.decomposed,
-                     time.perf_counter() - start)
+        return self.decomposed.fuse(self.policy, self.forbid, self.force)
 
     @functools.cached_property
     def generated(self) -> Generated:
-        fused = self._fuse_result()
-        start = time.perf_counter()
-        program = generate_program(self.decomposed.graph, fused, self.captured.result,
-                                   self.looped_reductions)
-        return Generated(program, self.fused, time.perf_counter() - start)
-
-    def _fuse_result(self) -> FuseResult:
-        fused = self.fused
-        return FuseResult(fused.groups, fused.decisions, fused.partitions)
+        return self.fused.generate(self.looped_reductions)
 
     @functools.cached_property
     def compiled(self) -> Compiled:
-        generated = self.generated
-        start = time.perf_counter()
-        runnable = Runnable(generated.program, self.autotune)
-        return Compiled(runnable, generated, time.perf_counter() - start)
+        return self.generated.compile(self.autotune)
 
     # -- running --------------------------------------------------------------------------------
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
@@ -162,10 +152,9 @@ class Exploration:
         input or buffer after the call. Where something differs (or with `localise=True`) the captured, decomposed
         and generated programs are compared value by value too: `report.first_divergence` names where they part."""
 
-        def programs() -> Programs:  # decompose's aten -> IR value map: the Decomposed stage keeps only the graph
-            values = decompose(self.captured.result, self._rules).values
-            return Programs(self.captured.result, self.decomposed.graph, values, self.generated.kernels,
-                            self.compiled.function)
+        def programs() -> Programs:
+            return Programs(self.captured.result, self.decomposed.graph, self.decomposed.values,
+                            self.generated.kernels, self.compiled.function)
 
         return verify_call(self.fn, self.example_args, self.example_kwargs, self.captured.result, self,
                            self.flat_inputs, programs, seed, localise)
@@ -173,12 +162,10 @@ class Exploration:
     def with_fusion(self, forbid: Sequence[tuple[str, str]] = (),
                     force: Sequence[tuple[str, str]] = ()) -> Exploration:
         """A new exploration with decisions changed (node names as in `decomposed`; see `fused.decisions`)."""
-        shared = {"captured": self.captured, "decomposed": self.decomposed}
         result = Exploration(self.fn, self.example_args, self.example_kwargs, policy=self.policy,
                              dynamic=self.dynamic, forbid=self.forbid + tuple(forbid),
                              force=self.force + tuple(force), looped_reductions=self.looped_reductions,
-                             autotune=self.autotune, matmul=self.matmul,
-                             _shared=shared)
+                             autotune=self.autotune, matmul=self.matmul, decomposed=self.decomposed)
         result.fused  # noqa: B018 - validate the request now: an illegal forced fusion raises here
         return result
 

@@ -1,26 +1,38 @@
-"""The five stage objects. Each is immutable and answers the same calls: `as_text()`, a short `__repr__`,
-`_repr_html_()` (static HTML, readable without widgets), `.show()` (its widget) and `.previous`.
+"""The five stage objects, each reached by one verb on the previous one, as in `jit(f).trace(x).lower().compile()`:
 
-    >>> ex = fusionlab.explore(torch.softmax, torch.randn(4, 8), -1)
-    >>> ex.fused
-    Fused(policy='default', 1 kernel, 0 extern, 5 decisions)
+    >>> captured = capture(torch.softmax, torch.randn(4, 8), -1)
+    >>> fused = captured.decompose().fuse("default")
+    >>> fused
+    Fused(policy='default', 1 kernel, 0 extern, 6 decisions)
+    >>> compiled = fused.generate().compile()
+
+Each verb times its own work (`seconds`) and returns the next stage with `.previous` set to the one it was called
+on. Every stage is immutable and answers the same calls: `as_text()` (a program headed by the pass that made it),
+a short `__repr__`, `_repr_html_()` (static HTML, readable without widgets), `.show()` (its widget) and `.previous`.
+`fusionlab.explore` caches one of each.
 """
 
 from __future__ import annotations
 
 import html
 import re
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from fusionlab.capture import AtenNode, CaptureResult, InputSpec
+from fusionlab.capture import capture as capture_graph
 from fusionlab.codegen.kernel import KernelSource
-from fusionlab.codegen.program import KERNEL_PREAMBLE, Program
-from fusionlab.decompose import reference
-from fusionlab.fusion.fuse import FusionDecision, FusionGroup
-from fusionlab.ir import Graph
+from fusionlab.codegen.program import KERNEL_PREAMBLE, Program, generate_program
+from fusionlab.decompose import DecomposeResult, Rule, decomposition_rules, reference
+from fusionlab.decompose import decompose as decompose_graph
+from fusionlab.fusion.fuse import FuseResult, FusionDecision, FusionGroup
+from fusionlab.fusion.fuse import fuse as fuse_graph
+from fusionlab.fusion.policy import Policy, resolve_policy
+from fusionlab.ir import Graph, Node
 from fusionlab.names import comment
 from fusionlab.runtime.launch import KernelHandle
 from fusionlab.runtime.runnable import LaunchRecord, Runnable
@@ -41,6 +53,12 @@ def _rename_words(text: str, names: dict[str, str]) -> str:
     return re.sub(r"\b\w+\b", lambda match: names.get(match.group(0), match.group(0)), text)
 
 
+def _header(made: str, stage: Any) -> str:
+    """The first line of a printed stage, as a Thunder trace starts: the pass that made it, its time, its input."""
+    source = f" from {stage.previous!r}" if stage.previous is not None else ""
+    return f"# {made} in {stage.seconds:.2f} s{source}"
+
+
 def _show(stage: Any) -> Any:
     try:
         from fusionlab.widgets import stage_widget
@@ -52,6 +70,7 @@ def _show(stage: Any) -> Any:
 
 class _Stage:
     previous: Any
+    seconds: float
 
     def as_text(self) -> str:  # pragma: no cover - every stage overrides it
         raise NotImplementedError
@@ -66,11 +85,22 @@ class _Stage:
 
 @dataclass(frozen=True, repr=False)
 class Captured(_Stage):
-    """The aten-level graph of the user's function, with shapes and dtypes."""
+    """The aten-level graph of the user's function, with shapes and dtypes; `capture(fn, *inputs)` makes one.
+
+        >>> capture(torch.sigmoid, torch.randn(4))
+        Captured(1 inputs, 1 aten ops, 1 outputs)
+    """
 
     result: CaptureResult
-    seconds: float
+    seconds: float = 0.0
     previous: None = None
+
+    def decompose(self, rules: dict[Any, Rule] | None = None) -> Decomposed:
+        """Rewrite the aten graph into fusionlab's primitives through `rules`, an {aten op: rule} table (default:
+        `decomposition_rules("extern")`, as `fl.explore` uses; `decomposition_rules("triton")` for Triton matmuls)."""
+        start = time.perf_counter()
+        result = decompose_graph(self.result, decomposition_rules("extern") if rules is None else rules)
+        return Decomposed(result, self, time.perf_counter() - start)
 
     @property
     def graph_module(self) -> torch.fx.GraphModule:
@@ -99,7 +129,7 @@ class Captured(_Stage):
     def as_text(self) -> str:
         names = {spec.placeholder: spec.name for spec in self.inputs}
         params = ", ".join(f'{names[s.placeholder]}: "{s.type.text()}"' for s in self.inputs)
-        lines = [f"# captured by fusionlab.capture in {self.seconds:.2f} s", f"def forward({params}):"]
+        lines = [_header("captured by fusionlab.capture", self), f"def forward({params}):"]
         for node in self.aten_nodes:
             args = _rename_words(node.args_text, names)
             kind = f': "{node.type.text()}"' if node.type else ""
@@ -110,16 +140,42 @@ class Captured(_Stage):
 
 @dataclass(frozen=True, repr=False)
 class Decomposed(_Stage):
-    """fusionlab's primitive graph: pointwise, reduction, view and extern nodes."""
+    """fusionlab's primitive graph: pointwise, reduction, view, matmul and extern nodes.
 
-    graph: Graph
-    fallbacks: tuple[tuple[str, str], ...]
+        >>> capture(torch.sigmoid, torch.randn(4)).decompose()
+        Decomposed(1 pointwise)
+    """
+
+    result: DecomposeResult
     previous: Captured
     seconds: float = 0.0
 
     @property
-    def nodes(self) -> tuple[Any, ...]:
+    def graph(self) -> Graph:
+        return self.result.graph
+
+    @property
+    def fallbacks(self) -> tuple[tuple[str, str], ...]:
+        """(aten node, why it runs as an extern op), one per aten op no rule could decompose."""
+        return self.result.fallbacks
+
+    @property
+    def values(self) -> tuple[tuple[str, str], ...]:
+        """(aten node, the IR value holding its result), in program order: how verify compares the two graphs."""
+        return self.result.values
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
         return self.graph.nodes
+
+    def fuse(self, policy: str | Policy = "default", forbid: Sequence[tuple[str, str]] = (),
+             force: Sequence[tuple[str, str]] = ()) -> Fused:
+        """Group the primitives into kernels under `policy`; `forbid`/`force` override single decisions (pairs of
+        node names as printed here). An illegal forced fusion raises `FusionError`, saying why."""
+        chosen = resolve_policy(policy)
+        start = time.perf_counter()
+        result = fuse_graph(self.graph, chosen, forbid, force)
+        return Fused(result, self, time.perf_counter() - start)
 
     def run(self, *flat_inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The graph's outputs, computed node by node with plain torch ops (`fusionlab.reference`)."""
@@ -133,23 +189,61 @@ class Decomposed(_Stage):
         return f"Decomposed({parts})"
 
     def as_text(self) -> str:
-        lines = [f"# decomposed into fusionlab primitives in {self.seconds:.2f} s"]
+        """The primitive program; each line ends with the captured aten node it came from."""
+        graph = self.graph
+        targets = {node.name: node.target for node in self.previous.aten_nodes}
+        lines = [_header("decomposed by fusionlab.decompose", self)]
         for origin, reason in self.fallbacks:
             lines.append(f"# extern {origin}: {comment(reason)}")
-        lines.append(self.graph.text())
+        lines.append(f"def program({', '.join(graph.inputs)}):")
+        for node in graph.nodes:
+            if node.kind == "input":
+                continue
+            notes = ["extern"] if node.kind == "extern" else []
+            if node.origin:
+                target = targets.get(node.origin)
+                notes.append(f"from {node.origin}" + (f" ({target})" if target else ""))
+            lines.append(f"    {node.text()}" + (f"  # {comment(', '.join(notes))}" if notes else ""))
+        lines.append(f"    return ({', '.join(graph.outputs)}{',' if len(graph.outputs) == 1 else ''})")
         return "\n".join(lines)
 
 
 @dataclass(frozen=True, repr=False)
 class Fused(_Stage):
-    """Fusion groups and the ordered decisions that built them."""
+    """Fusion groups and the ordered decisions that built them (`result`, the fusion pass's own record).
 
-    groups: tuple[FusionGroup, ...]
-    decisions: tuple[FusionDecision, ...]
-    partitions: tuple[tuple[tuple[str, ...], ...], ...]
-    policy_name: str
+        >>> capture(torch.sigmoid, torch.randn(4)).decompose().fuse("none")
+        Fused(policy='none', 1 kernel, 0 extern, 0 decisions)
+    """
+
+    result: FuseResult
     previous: Decomposed
     seconds: float = 0.0
+
+    @property
+    def groups(self) -> tuple[FusionGroup, ...]:
+        return self.result.groups
+
+    @property
+    def decisions(self) -> tuple[FusionDecision, ...]:
+        return self.result.decisions
+
+    @property
+    def partitions(self) -> tuple[tuple[tuple[str, ...], ...], ...]:
+        """The partition of the nodes after each decision (index 0: before any)."""
+        return self.result.partitions
+
+    @property
+    def policy_name(self) -> str:
+        return self.result.policy
+
+    def generate(self, looped_reductions: bool = False) -> Generated:
+        """One Triton kernel per group and the Python wrapper that launches them (`looped_reductions=True` loops
+        over every reduction, even where a row fits in registers)."""
+        start = time.perf_counter()
+        program = generate_program(self.previous.graph, self.result, self.previous.previous.result,
+                                   looped_reductions)
+        return Generated(program, self, time.perf_counter() - start)
 
     @property
     def kernels(self) -> tuple[FusionGroup, ...]:
@@ -171,7 +265,7 @@ class Fused(_Stage):
 
     def as_text(self) -> str:
         graph = self.previous.graph
-        lines = [f"# fused with policy {self.policy_name!r} in {self.seconds:.2f} s: {len(self.kernels)} kernels"]
+        lines = [_header(f"fused by fusionlab.fuse with policy {self.policy_name!r}", self)]
         lines.append(f"def program({', '.join(graph.inputs)}):")
         for group in self.groups:
             outs = ", ".join(group.outputs)
@@ -197,11 +291,22 @@ class Fused(_Stage):
 
 @dataclass(frozen=True, repr=False)
 class Generated(_Stage):
-    """One Triton kernel per group plus the Python wrapper that allocates, launches and calls externs."""
+    """One Triton kernel per group plus the Python wrapper that allocates, launches and calls externs.
+
+        >>> capture(torch.sigmoid, torch.randn(4)).decompose().fuse().generate().kernels[0].name
+        'pointwise_0_sigmoid'
+    """
 
     program: Program
     previous: Fused
     seconds: float = 0.0
+
+    def compile(self, autotune: bool = False) -> Compiled:
+        """The runnable program (`autotune=True` times a few block sizes per kernel and shape at its first CUDA
+        launch and keeps the fastest). Kernels compile at their first launch, not here."""
+        start = time.perf_counter()
+        runnable = Runnable(self.program, autotune)
+        return Compiled(runnable, self, time.perf_counter() - start)
 
     @property
     def kernels(self) -> tuple[KernelSource, ...]:
@@ -218,7 +323,7 @@ class Generated(_Stage):
         return f"Generated({len(self.kernels)} Triton kernels, wrapper of {self.wrapper.count(chr(10))} lines)"
 
     def as_text(self) -> str:
-        parts = [f"# generated by fusionlab in {self.seconds:.2f} s", KERNEL_PREAMBLE.rstrip()]
+        parts = [_header("generated by fusionlab.generate", self), KERNEL_PREAMBLE.rstrip()]
         parts += [k.source.rstrip() for k in self.kernels]
         parts.append(self.wrapper.rstrip())
         return "\n\n\n".join(parts) + "\n"
@@ -243,6 +348,8 @@ def _tuning(handle: KernelHandle) -> tuple[tuple[str, float], ...]:
 @dataclass(frozen=True, repr=False)
 class Compiled(_Stage):
     """The runnable program: `compiled(*graph_inputs)` launches the kernels (Triton JIT on CUDA, interpreter on CPU).
+
+        >>> compiled = capture(torch.sigmoid, torch.randn(4)).decompose().fuse().generate().compile()
 
     It describes the program; `runnable` (runtime/runnable.py) holds its kernel handles and runs it.
     `compiled.record_launches(*graph_inputs)` lists the launches a call would make, without making them."""
@@ -280,8 +387,8 @@ class Compiled(_Stage):
         return f"Compiled({len(self.handles)} kernels, {self.launches_per_call} launches per call)"
 
     def as_text(self) -> str:
-        lines = [f"# compiled in {self.seconds:.2f} s (Triton JIT on CUDA, Triton's interpreter on CPU; chosen per "
-                 "launch)"]
+        lines = [_header("compiled by fusionlab.compile", self),
+                 "# Triton JIT on CUDA, Triton's interpreter on CPU; chosen per launch"]
         for info in self.kernels:
             used = ", ".join(info.backends) or "not launched yet"
             lines.append(f"# {info.name}: {used}; last config {info.config or '-'}; asm stages "
@@ -290,3 +397,15 @@ class Compiled(_Stage):
                 lines.append(f"#     autotune: {config} {milliseconds:.4f} ms")
         lines.append(self.previous.wrapper)
         return "\n".join(lines)
+
+
+def capture(fn: Callable[..., Any], *inputs: Any, dynamic: bool = False,
+            kwargs: dict[str, Any] | None = None) -> Captured:
+    """The first verb: trace `fn(*inputs, **kwargs)` to aten ops (`dynamic=True`: sizes as symbols).
+
+        >>> capture(lambda x: x.relu() * 2, torch.randn(8)).decompose().fuse().generate().compile()
+        Compiled(1 kernels, 1 launches per call)
+    """
+    start = time.perf_counter()
+    result = capture_graph(fn, inputs, kwargs or {}, dynamic)
+    return Captured(result, time.perf_counter() - start)

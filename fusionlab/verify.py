@@ -1,9 +1,9 @@
-"""Checking fused results against eager PyTorch, and checking call-time inputs against the capture.
+"""Checking fused results against eager PyTorch.
 
 `verify_call` runs eager and the fused program on separate copies of fresh random inputs and compares every output
-and every input or buffer the call writes. Where something differs it runs the three programs in between (the
-captured aten graph, the decomposed primitive graph through `fusionlab.decompose.reference`, the generated kernels
-with each kernel's outputs kept) and names the first stage and node where the values part.
+and every input or buffer the call writes. Where something differs, `fusionlab.localise` runs the three programs in
+between (the captured aten graph, the decomposed primitive graph, the generated kernels) and names the first stage
+and node where the values part.
 
     >>> report = verify_outputs([torch.ones(3)], [torch.ones(3)])
     >>> report.ok
@@ -13,7 +13,6 @@ with each kernel's outputs kept) and names the first stage and node where the va
 from __future__ import annotations
 
 import html
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,84 +21,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
-from fusionlab.codegen.kernel import KernelSource
-from fusionlab.decompose.reference import interpret
-from fusionlab.ir import Graph
-
-# (atol, rtol) per dtype, for fused vs eager. Eager rounds every intermediate to a half-precision dtype and a fused
-# kernel keeps float32, so where values cancel the two differ by an ulp or two of the intermediates (a bfloat16 ulp
-# at 2..4 is 0.0156). Every other dtype must match exactly.
-TOLERANCES = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 2e-2), torch.float32: (1e-4, 1e-4),
-              torch.float64: (1e-7, 1e-7)}
-
-
-
-
-@dataclass(frozen=True)
-class OutputError:
-    """One compared value: an output of the call, or an input or buffer after it (`label` names which)."""
-
-    index: int
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    max_abs_error: float
-    max_rel_error: float
-    ok: bool
-    label: str = ""
-
-    @property
-    def title(self) -> str:
-        return self.label or f"output {self.index}"
-
-
-@dataclass(frozen=True)
-class StageCheck:
-    """One stage compared value by value with the stage before it: `first` is the first value that differs."""
-
-    stage: str  # "captured" | "decomposed" | "generated"
-    against: str  # "eager" | "captured" | "decomposed"
-    compared: int  # values compared
-    ok: bool
-    first: str = ""  # the node where the values part ("" when they agree)
-    value: str = ""  # the IR value holding it (decomposed and generated stages)
-    kernel: str = ""  # the kernel that wrote it (generated stage; "" where the wrapper made it)
-    max_abs_error: float = 0.0  # at `first`
-    note: str = ""  # why the stage could not be run, where it could not
-
-    def text(self) -> str:
-        if self.note:
-            return f"{self.stage}: not compared ({self.note})"
-        if self.ok:
-            return f"{self.stage} == {self.against}"
-        where = f"kernel {self.kernel}, " if self.kernel else ""
-        return (f"{self.stage} differs from {self.against} first at {self.first} ({where}max abs "
-                f"{self.max_abs_error:.3g})")
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """Where the values first part: the stage, the node (an aten node; an IR value for generated), kernel, error."""
-
-    stage: str  # "captured" | "decomposed" | "generated" | "after the call"
-    node: str
-    kernel: str
-    error: float
-    value: str = ""
-    origin: str = ""  # the aten node an IR value came from
-
-    def text(self) -> str:
-        if self.stage == "captured":
-            return (f"{self.node}: captured differs from eager (max abs {self.error:.3g}): the traced graph no longer "
-                    "computes what the function does (a Python value or global baked in at capture?)")
-        if self.stage == "decomposed":
-            return (f"{self.node}: captured matches, decomposed differs (IR value {self.value}, max abs "
-                    f"{self.error:.3g}): the decomposition rule for this aten op computes something else")
-        if self.stage == "generated":
-            source = f" (from {self.origin})" if self.origin and self.origin != self.node else ""
-            where = f"kernel {self.kernel}" if self.kernel else "the wrapper, between kernels"
-            return f"{self.node}{source}: decomposed matches, generated differs ({where}, max abs {self.error:.3g})"
-        return (f"{self.node}: every stage agrees on the outputs, but the value after the call differs (max abs "
-                f"{self.error:.3g}): the fused program does not write it as eager does")
+from fusionlab.compare import OutputError, compare
+from fusionlab.localise import Divergence, Programs, StageCheck, localise
 
 
 @dataclass(frozen=True)
@@ -179,24 +102,6 @@ def report_html(report: VerifyReport) -> str:
     return "".join(parts) + "</div>"
 
 
-def compare(want: torch.Tensor, got: torch.Tensor, index: int = 0, label: str = "") -> OutputError:
-    """`got` against `want` within the tolerance of `want`'s dtype (NaN where `want` has NaN counts as equal)."""
-    shape = tuple(want.shape)
-    if want.shape != got.shape or want.dtype != got.dtype:
-        return OutputError(index, shape, want.dtype, float("inf"), float("inf"), False, label)
-    a, b = want.detach().double().cpu(), got.detach().double().cpu()
-    if a.numel() == 0:
-        return OutputError(index, shape, want.dtype, 0.0, 0.0, True, label)
-    same_nan = torch.isnan(a) == torch.isnan(b)
-    diff = torch.where(torch.isnan(a) & torch.isnan(b), torch.zeros_like(a), (a - b).abs())
-    diff = torch.where(a == b, torch.zeros_like(a), diff)  # equal infinities
-    scale = torch.nan_to_num(a.abs(), nan=0.0)  # NaN where both are NaN: already counted as equal
-    rel = diff / scale.clamp_min(1e-12)
-    atol, rtol = TOLERANCES.get(want.dtype, (0.0, 0.0))
-    ok = bool(same_nan.all()) and bool((diff <= atol + rtol * scale).all())
-    return OutputError(index, shape, want.dtype, float(diff.max()), float(rel.max()), ok, label)
-
-
 def verify_outputs(expected: Sequence[torch.Tensor], actual: Sequence[torch.Tensor]) -> VerifyReport:
     if len(expected) != len(actual):
         raise AssertionError(f"eager returned {len(expected)} outputs, fusionlab {len(actual)}")
@@ -236,135 +141,6 @@ def random_like_inputs(args: tuple[Any, ...], kwargs: dict[str, Any],
                        seed: int | None = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     return pytree.tree_map(lambda v: random_like(v, generator) if isinstance(v, torch.Tensor) else v, (args, kwargs))
-
-
-# -- running the stages value by value ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Programs:
-    """The programs between eager and fused: the captured aten graph, the decomposed graph with decompose's
-    (aten node, IR value) map, the generated kernels and the compiled wrapper function."""
-
-    captured: CaptureResult
-    graph: Graph
-    values: tuple[tuple[str, str], ...]
-    kernels: tuple[KernelSource, ...]
-    function: Callable[..., Any]
-
-
-class _Recorder(torch.fx.Interpreter):
-    """Runs the captured graph, keeping every node's value."""
-
-    def __init__(self, module: torch.fx.GraphModule) -> None:
-        super().__init__(module)
-        self.values: dict[str, Any] = {}
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        result = super().run_node(n)
-        # A copy: an in-place op later in the graph must not change the value kept for this node.
-        self.values[n.name] = result.clone() if isinstance(result, torch.Tensor) else result
-        return result
-
-
-def captured_values(graph_module: torch.fx.GraphModule,
-                    flat: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], dict[str, Any]]:
-    """The captured graph's flat outputs and every node's value, by aten node name."""
-    recorder = _Recorder(graph_module)
-    with torch.no_grad():
-        outputs = recorder.run(*flat)
-    return [o for o in pytree.tree_leaves(outputs) if isinstance(o, torch.Tensor)], recorder.values
-
-
-def generated_values(function: Callable[..., Any], kernels: Sequence[KernelSource], flat: Sequence[torch.Tensor]
-                     ) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor], dict[str, str]]:
-    """The wrapper run with a launch that runs each kernel, then copies the buffers it wrote: the outputs, each
-    kernel-written IR value, and the kernel that wrote it."""
-    by_name = {kernel.name: kernel for kernel in kernels}
-    values: dict[str, torch.Tensor] = {}
-    writers: dict[str, str] = {}
-
-    def launch(handle: Any, *args: Any, xnumel: int, rnumel: int = 1) -> None:
-        handle.launch(*args, xnumel=xnumel, rnumel=rnumel)
-        kernel = by_name[handle.name]
-        passed = [argument for argument in kernel.arguments if argument.role != "numel"]  # numels go by keyword
-        for argument, value in zip(passed, args):
-            if argument.role == "output":
-                values[argument.value] = value.clone()
-                writers[argument.value] = kernel.name
-
-    recording = types.FunctionType(function.__code__, {**function.__globals__, "launch": launch})
-    with torch.no_grad():
-        outputs = tuple(recording(*flat))
-    return outputs, values, writers
-
-
-def _first(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int, float] | None:
-    """The index of the first pair whose values differ, and its max abs error."""
-    for index, (want, got) in enumerate(pairs):
-        row = compare(want, got)
-        if not row.ok:
-            return index, row.max_abs_error
-    return None
-
-
-def _copies(flat: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Each program gets its own inputs: one that writes an input must not change what the next one reads."""
-    return [tensor.clone() for tensor in flat]
-
-
-def localise(programs: Programs, flat: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
-             ) -> tuple[tuple[StageCheck, ...], Divergence | None]:
-    """Each stage against the one before it, node by node in program order; the first place the values part."""
-    checks: list[StageCheck] = []
-    found: list[Divergence] = []
-    captured = programs.captured.graph_module
-    output_node = next(n for n in captured.graph.nodes if n.op == "output")
-    aten_outputs = [n.name for n in pytree.tree_leaves(output_node.args[0]) if isinstance(n, torch.fx.Node)]
-    try:
-        aten_results, aten = captured_values(captured, _copies(flat))
-    except Exception as failure:  # noqa: BLE001 - reported in the stage table
-        return (StageCheck("captured", "eager", 0, False, note=f"{type(failure).__name__}: {failure}"),), None
-    count = min(len(expected), len(aten_results))
-    first = _first(list(zip(expected, aten_results)))
-    if first:
-        checks.append(StageCheck("captured", "eager", count, False, aten_outputs[first[0]], max_abs_error=first[1]))
-        found.append(Divergence("captured", aten_outputs[first[0]], "", first[1]))
-    else:
-        checks.append(StageCheck("captured", "eager", count, len(aten_results) >= len(expected)))
-    graph = programs.graph
-    try:
-        reference = interpret(graph, _copies(flat))
-    except Exception as failure:  # noqa: BLE001 - reported in the stage table
-        checks.append(StageCheck("decomposed", "captured", 0, False, note=f"{type(failure).__name__}: {failure}"))
-        return tuple(checks), (found[0] if found else None)
-    kinds = {n.name: n.op for n in captured.graph.nodes}
-    mapped = [(aten_name, value) for aten_name, value in programs.values
-              if kinds.get(aten_name) != "placeholder" and value in reference
-              and isinstance(aten.get(aten_name), torch.Tensor)]
-    mapped += list(zip(aten_outputs, graph.outputs))
-    first = _first([(aten[a], reference[v]) for a, v in mapped])
-    if first:
-        (node, value), error = mapped[first[0]], first[1]
-        checks.append(StageCheck("decomposed", "captured", len(mapped), False, node, value, "", error))
-        found.append(Divergence("decomposed", node, "", error, value))
-    else:
-        checks.append(StageCheck("decomposed", "captured", len(mapped), True))
-    try:
-        outputs, written, writers = generated_values(programs.function, programs.kernels, _copies(flat))
-    except Exception as failure:  # noqa: BLE001 - reported in the stage table
-        checks.append(StageCheck("generated", "decomposed", 0, False, note=f"{type(failure).__name__}: {failure}"))
-        return tuple(checks), (found[0] if found else None)
-    names = [n.name for n in graph.nodes if n.name in written] + list(graph.outputs)
-    results = [written[n.name] for n in graph.nodes if n.name in written] + list(outputs)
-    first = _first([(reference[name], got) for name, got in zip(names, results)])
-    if first:
-        name, error = names[first[0]], first[1]
-        kernel = writers.get(name, "")
-        origin = graph[name].origin if name in graph else ""
-        checks.append(StageCheck("generated", "decomposed", len(names), False, name, name, kernel, error))
-        found.append(Divergence("generated", name, kernel, error, name, origin))
-    else:
-        checks.append(StageCheck("generated", "decomposed", len(names), True))
-    return tuple(checks), (found[0] if found else None)
 
 
 # -- one verification: eager and fused on separate copies, state restored -----------------------------------------

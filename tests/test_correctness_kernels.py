@@ -1,7 +1,7 @@
 """Generated kernels against eager PyTorch where fusion and code generation once gave silently wrong results.
 
 Each check captures on one set of random inputs and runs on fresh ones: integer and boolean outputs must be
-exact, floating outputs within verify.TOLERANCES (exact where PyTorch's result is one rounding of a defined value:
+exact, floating outputs within compare.TOLERANCES (exact where PyTorch's result is one rounding of a defined value:
 casts, floor division, remainders). Shapes include square matrices and [B, T, T], where a value read along the
 wrong axis has the right shape and so goes unnoticed.
 """
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fusionlab as fl
-from fusionlab.verify import TOLERANCES
+from fusionlab.compare import TOLERANCES
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INTEGERS = (torch.bool, torch.int8, torch.int32, torch.int64)

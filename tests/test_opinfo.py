@@ -17,7 +17,7 @@ A sample ends in one of four ways:
 The per-op and overall pass rates are printed at the end of the session (tests/conftest.py).
 
 Variants (test_opinfo_variants): the same ops' `sample_inputs` in bfloat16 and float16 (compared to eager in that
-dtype with fusionlab.verify.TOLERANCES: eager rounds every intermediate, a fused kernel keeps float32), and the
+dtype with fusionlab.compare.TOLERANCES: eager rounds every intermediate, a fused kernel keeps float32), and the
 in-place variant (`op.inplace_variant`, float32: the output and the written input both match eager's, run on
 separate clones). The default run takes a deterministic sample of each (VARIANT_SAMPLES per op, spread over the
 sample list); `pytest -m fuzz` runs them all (test_opinfo_variants_full). Pass rates per variant are printed.
@@ -35,8 +35,8 @@ import torch
 import torch.utils._pytree as pytree
 
 import fusionlab as fl
+from fusionlab.compare import TOLERANCES
 from fusionlab.decompose import RULES
-from fusionlab.verify import TOLERANCES
 from tests.fuzz import skip_unless_asked
 
 with warnings.catch_warnings():
@@ -118,7 +118,7 @@ def as_function(op: Any, sample: Any) -> tuple[Callable[..., Any], tuple[torch.T
 def run_sample(op: Any, sample: Any, policy: str, variant: str = "float32") -> tuple[str, str]:
     """("passed" | "refused" | "not applicable" | "failed", detail). `variant` "inplace" runs
     `op.inplace_variant` on clones (eager's and fusionlab's) and compares the written inputs too; "bfloat16" and
-    "float16" samples are compared with fusionlab.verify.TOLERANCES."""
+    "float16" samples are compared with fusionlab.compare.TOLERANCES."""
     function, tensors = as_function(op.inplace_variant if variant == "inplace" else op, sample)
     clones = (lambda: tuple(t.clone() for t in tensors)) if variant == "inplace" else (lambda: tensors)
     eager_inputs = clones()

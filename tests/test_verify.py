@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import fusionlab as fl
+from fusionlab.compare import OutputError
 from fusionlab.decompose import POINTWISE, RULES, PointwisePrimitive
-from fusionlab.verify import OutputError, VerifyReport, generated_values, random_like
+from fusionlab.localise import generated_values
+from fusionlab.verify import VerifyReport, random_like
 
 aten = torch.ops.aten
 

@@ -59,9 +59,13 @@ class FusionGroup:
 
 @dataclass(frozen=True)
 class FuseResult:
+    """What the pass produced: the groups, every decision in order, and the partition each one left behind.
+    The `Fused` stage (stages.py) wraps it with where it came from."""
+
     groups: tuple[FusionGroup, ...]
     decisions: tuple[FusionDecision, ...]
     partitions: tuple[tuple[tuple[str, ...], ...], ...]  # the partition after each decision (index 0: before any)
+    policy: str = ""  # the policy's name
 
 
 class _Partition:
@@ -204,7 +208,7 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
                               "so the pass never considers them as a pair; force each step of the path between them")
     groups = tuple(describe_group(graph, members, partition.stored(members), index)
                    for index, members in enumerate(partition.snapshot()))
-    return FuseResult(groups, tuple(decisions), tuple(partitions))
+    return FuseResult(groups, tuple(decisions), tuple(partitions), policy.name)
 
 
 def _forced_into(forced: set[tuple[str, str]], partition: _Partition, group: str) -> bool:

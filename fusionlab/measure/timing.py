@@ -20,7 +20,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from fusionlab.verify import TOLERANCES
+from fusionlab.compare import TOLERANCES
 
 __all__ = [
     "assert_outputs_close",
@@ -163,7 +163,7 @@ def fresh_inputs(inputs: tuple[Any, ...], seed: int = 1) -> tuple[Any, ...]:
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    """(rtol, atol) for comparing fused results with eager in `dtype`: the table in `fusionlab.verify`."""
+    """(rtol, atol) for comparing fused results with eager in `dtype`: the table in `fusionlab.compare`."""
     atol, rtol = TOLERANCES.get(dtype, (0.0, 0.0))
     return rtol, atol
 

@@ -5,7 +5,7 @@
     True
 
 Outcomes:
-- pass: every output and every input after the call equal eager's (per-dtype tolerance of fusionlab.verify,
+- pass: every output and every input after the call equal eager's (per-dtype tolerance of fusionlab.compare,
   exact for bool and integer tensors; NaN where eager has NaN) at every call size;
 - refused: fusionlab raised a clear refusal (see `is_clear_refusal`);
 - wrong: fusionlab returned, and a number, shape, dtype or an input written in place differs from eager;
@@ -26,7 +26,7 @@ import torch
 import torch.utils._pytree as pytree
 
 import fusionlab as fl
-from fusionlab.verify import TOLERANCES
+from fusionlab.compare import TOLERANCES
 from tests.fuzz.program import Program
 
 OUTCOMES = ("pass", "refused", "wrong", "crashed")
