@@ -39,10 +39,14 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
     with torch._guards.tracing(None), unset_fake_temporarily():
         ex = explore(graph_module, *[_real(v) for v in example_inputs])
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
+        # Tensors the graph holds itself (constants made inside the function: `b[:, 0] = 0`'s zero) lead its
+        # inputs.
+        held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
+        constants = [held[spec.name][0].detach() for spec in ex.captured.result.inputs if spec.kind != "input"]
     explorations.append(ex)
 
     def run(*args: Any) -> Any:
-        outputs = iter(ex.run_flat([a for a in args if isinstance(a, torch.Tensor)]))
+        outputs = iter(ex.run_flat(constants + [a for a in args if isinstance(a, torch.Tensor)]))
         return [next(outputs) if slot is TENSOR_SLOT else slot for slot in ex.captured.result.output_template]
 
     return make_boxed_func(run)  # type: ignore[no-any-return]
