@@ -52,6 +52,11 @@ class _Scope:
     indent: str = "    "
 
 
+# Ops whose result jumps where their operand crosses a boundary (trunc(t * 10) at 39.99 against 40.0): a half value
+# kept at float32 precision would land on the other side of it, so it is rounded to its dtype first, as eager has it.
+DISCONTINUOUS = frozenset({"floor", "ceil", "trunc", "round", "floor_divide", "remainder", "fmod", "sign"})
+
+
 class KernelWriter(IndexWriter):
     """Writes one kernel as `plan` shapes it; `contiguous` names the inputs known to be dense in row-major order.
 
@@ -148,7 +153,8 @@ class KernelWriter(IndexWriter):
         operands = []
         for index, arg in enumerate(node.args):
             if isinstance(arg, Ref):
-                operands.append(self._rounded(arg.name, self.emit(arg.name, index_map, scope), node.type.dtype))
+                operands.append(self._rounded(arg.name, self.emit(arg.name, index_map, scope), node.type.dtype,
+                                              node.op))
             else:
                 kind = operand_dtype if not (node.op == "where" and index == 0) else torch.bool
                 operands.append(literal(arg, kind, node.op, index))
@@ -167,7 +173,7 @@ class KernelWriter(IndexWriter):
             return FLOAT32_OVERRIDES[node.op].format(*operands)
         return primitive.render(operands)
 
-    def _rounded(self, value: str, expr: str, consumer: torch.dtype) -> str:
+    def _rounded(self, value: str, expr: str, consumer: torch.dtype, op: str = "") -> str:
         """`expr` rounded to its half-precision dtype where a node of another dtype reads it.
 
         Half-precision values are computed in float32; a chain that stays in one half dtype keeps that precision
@@ -175,7 +181,7 @@ class KernelWriter(IndexWriter):
         an argmax) must be the value PyTorch rounded: bfloat16's `(h * 1.1).float()` differs by up to an ulp, and
         `h * 1.1 > 1.0` flips where the rounding crosses 1.0. Values loaded from memory are already rounded."""
         dtype = self.graph[value].type.dtype
-        if dtype not in HALF_DTYPES or dtype == consumer:
+        if dtype not in HALF_DTYPES or (dtype == consumer and op not in DISCONTINUOUS):
             return expr
         source = self.graph[value]
         while source.kind == "view" and source.name in self.members:

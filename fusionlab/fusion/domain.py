@@ -130,14 +130,20 @@ def misread_reduction(graph: Graph, names: Sequence[str], outputs: Sequence[str]
     inside = set(names)
     seen: set[tuple[str, IndexMap]] = set()
     work: list[tuple[str, IndexMap, str]] = [(o, store_map(graph[o], domain), o) for o in outputs]
-    work += [(graph[n].inputs[0], tuple(range(len(domain.shape))), n)
-             for n in names if graph[n].kind == "reduction"]
+    for name in names:
+        if graph[name].kind == "reduction":
+            source = graph[graph[name].inputs[0]]
+            if alignment(source.type.shape, domain) != "full":
+                return f"{name} reduces {source.name}, whose shape the kernel's domain does not cover"
+            work.append((source.name, value_map(source.type.shape, domain, "full"), name))
     while work:
         value, index_map, user = work.pop()
         if value not in inside or (value, index_map) in seen:
             continue
         seen.add((value, index_map))
         node = graph[value]
+        if len(index_map) != node.type.rank:  # a walk this check cannot follow: do not fuse rather than guess
+            return f"{user} reads {value} through a layout the kernel cannot index: it runs in a kernel of its own"
         if node.kind == "reduction":
             if not reads_own_row(node, index_map, domain):
                 return (f"{user} reads the reduction result {value} along another axis than the rows it was reduced "

@@ -276,6 +276,8 @@ def input_mutation(b: Builder) -> str | None:
 
 def _write(b: Builder, y: str) -> str | None:
     x = b.value(y)
+    if torch._debug_has_internal_overlap(x) != 0:  # several elements share memory (an expand): writes are undefined
+        return None
     # Never a view of `y` itself: an in-place op reading memory it writes is undefined in eager PyTorch.
     other = b.pick(lambda v: v.dim() <= x.dim() and v.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
                    ) or "1"
