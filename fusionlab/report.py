@@ -104,8 +104,10 @@ def exploration_html(ex: Any, *, inductor: Any = True, timings: Any = True, titl
     drawing = draw_graph(fused)
     graph = graph_html(render_svg(drawing.dot))
     aten = graph_html(render_svg(draw_graph(fused, level="captured").dot))
+    localised = ""  # where a mismatch was first seen, stage by stage (verify's own HTML)
     try:
-        verified = repr(ex.verify())
+        report = ex.verify()
+        verified, localised = repr(report), ("" if report.ok else report._repr_html_())
     except Exception as error:  # keep writing the page: say what failed
         verified = f"verify failed: {type(error).__name__}: {error}"
     group_of = {node: group.name for group in fused.groups for node in group.nodes}
@@ -117,7 +119,7 @@ def exploration_html(ex: Any, *, inductor: Any = True, timings: Any = True, titl
 
     parts = [
         f"<h1>fusionlab: {html.escape(name)}</h1>",
-        _note(f"{ex!r} | {fused!r} | {verified}"),
+        _note(f"{ex!r} | {fused!r} | {verified}") + localised,
         _note(f"written {datetime.datetime.now().isoformat(timespec='seconds')} by fusionlab with torch "
               f"{torch.__version__}; self-contained: no network needed."),
         _section("Graph: one colour per fusion group", graph + _note(

@@ -157,3 +157,13 @@ def test_the_html_shows_the_stages_and_escapes_names(monkeypatch: pytest.MonkeyP
     assert "first divergence" in page and "<th>stage</th>" in page and "decomposed" in page
     row = OutputError(0, (2,), torch.float32, 1.0, 1.0, False, "input '<script>' after the call")
     assert "<script>" not in VerifyReport((), (row,))._repr_html_()
+
+
+def test_the_report_page_and_the_explorer_show_where_values_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mismatch in the views: the report page and the Explorer's title carry the stage-by-stage table."""
+    monkeypatch.setitem(RULES, aten.cos, lambda b, x: b.pointwise("sin", x))
+    ex = fl.explore(lambda a: torch.cos(a) * 2, torch.randn(4, 6))
+    page = ex.to_html(timings=False, inductor=False)
+    assert "decomposed differs from captured first at cos" in page
+    title = ex.show(inductor=False, timings=False)._title(verify=True)
+    assert "decomposed differs from captured first at cos" in title

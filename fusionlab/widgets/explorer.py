@@ -88,13 +88,16 @@ class Explorer(StaticFallback, ipywidgets.VBox):
     def _title(self, verify: bool) -> str:
         ex = self.exploration
         parts = [repr(ex), repr(self.fused)]
+        localised = ""  # a mismatch: verify's stage-by-stage table says where the values part
         if verify:
             try:
-                parts.append(repr(ex.verify()))
+                report = ex.verify()
+                parts.append(repr(report))
+                localised = "" if report.ok else report._repr_html_()
             except Exception as error:  # show the failure, keep the views
                 parts.append(f"verify failed: {type(error).__name__}: {error}")
         return f"<div style='font-family:{style.FONT};font-size:13px'><b>{html.escape(parts[0])}</b><br>" \
-               f"<span style='{style.NOTE_STYLE}'>{html.escape(' | '.join(parts[1:]))}</span></div>"
+               f"<span style='{style.NOTE_STYLE}'>{html.escape(' | '.join(parts[1:]))}</span>{localised}</div>"
 
     def _selection_html(self, name: str) -> str:
         if not name:
