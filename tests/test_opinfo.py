@@ -50,7 +50,9 @@ with warnings.catch_warnings():
 MAX_SAMPLES = 200
 # The overall share of samples that must pass (refused and failed count against it); see test_overall_pass_rate.
 MIN_PASS_RATE = 0.99
-REFUSALS = ("reads a number out of tensor", "data-dependent output shape")
+REFUSALS = ("reads a number out of tensor", "data-dependent output shape",
+            # in-place ops with no functional form (square_, selu_), and in-place changes of an input's layout
+            "an in-place op fusionlab cannot capture", "changes the shape or strides of input")
 # Variants beyond float32 (test_opinfo_variants): samples per op in the default run, taken evenly from the list.
 VARIANTS = ("bfloat16", "float16", "inplace")
 VARIANT_SAMPLES = 1  # about 400 samples over the three variants: the default run stays within ~2 CPU-minutes more

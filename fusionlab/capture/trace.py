@@ -71,8 +71,15 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         for position, tensor in zip(tensor_positions, flat[len(state_names):]):
             all_leaves[position] = tensor
         call_args, call_kwargs = pytree.tree_unflatten(all_leaves, input_spec)
+        layouts = [(t.shape, t.stride()) for t in flat]
         with substituted(source, state_values):
             result = call_target(*call_args, **call_kwargs)
+        for tensor, before, name in zip(flat, layouts, [*state_names, *(leaf_names[i] for i in tensor_positions)]):
+            if (tensor.shape, tensor.stride()) != before:
+                raise CaptureError(f"the function changes the shape or strides of input {name!r} in place "
+                                   f"({tuple(before[0])} -> {tuple(tensor.shape)}: squeeze_, t_, transpose_, "
+                                   "resize_, ...): a captured program cannot change its caller's tensors' layout. "
+                                   "Return the reshaped tensor instead (y = x.squeeze())")
         outputs, spec = pytree.tree_flatten(result)
         holder["spec"] = spec
         for i, out in enumerate(outputs):
@@ -215,6 +222,11 @@ def _capture_error(name: str, error: Exception) -> CaptureError:
             "op whose output size depends on the data, such as nonzero or boolean indexing): one captured graph "
             "cannot hold that. Use torch.compile(fn, backend='fusionlab'), which splits the function there and runs "
             "each part through fusionlab, or compute both branches and pick with torch.where")
+    if "operator whose output has alias annotations" in str(error):
+        op = str(error).split("annotations: ", 1)[-1].split("(", 1)[0]
+        return CaptureError(f"{name} calls the in-place op {op}{where}, which functionalization cannot follow (it "
+                            "has no functional form): an in-place op fusionlab cannot capture. Write its out-of-place "
+                            "form and assign the result (x = x.square() for x.square_())")
     if "FakeTensor" in str(error) or "allow_non_fake_inputs" in str(error):
         return CaptureError(f"could not trace {name}: it reads a tensor that is neither an argument nor a parameter "
                             f"of a module it refers to{where}: pass that tensor as an argument")
