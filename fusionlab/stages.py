@@ -178,7 +178,7 @@ class Decomposed(_Stage):
         return Fused(result, self, time.perf_counter() - start)
 
     def run(self, *flat_inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The graph's outputs, computed node by node with plain torch ops (`fusionlab.reference`)."""
+        """The graph's outputs, computed node by node with plain torch ops (`fusionlab.decompose.reference`)."""
         return reference.run(self.graph, flat_inputs)
 
     def __repr__(self) -> str:
