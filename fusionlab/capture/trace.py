@@ -101,6 +101,7 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     except Exception as error:  # noqa: BLE001 - re-raised with context
         raise _capture_error(name, error) from error
 
+    source.fingerprint = source.modes()  # after the trace: a forward may set its own attributes (caches) as it runs
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     kinds = [state_kinds[n] for n in state_names] + ["input"] * len(tensor_positions)
     display = state_names + [leaf_names[i] for i in tensor_positions]
