@@ -10,16 +10,15 @@ from __future__ import annotations
 
 # Combine functions for tl.reduce: max/min reductions let NaN win and argmax/argmin take the first NaN, else the
 # first extreme value, as PyTorch does (tl.max and tl.argmax ignore NaN).
-KERNEL_PREAMBLE = '''import os
-
-import triton
+KERNEL_PREAMBLE = '''import triton
 import triton.language as tl
 
 # Triton's interpreter (3.6 to 3.9) converts float32 to bfloat16 by cutting the mantissa, integers and booleans
 # by reusing their bits (0 or NaN), and bfloat16 subnormals to float32 wrongly. A module built for it
 # (TRITON_INTERPRET=1 while it runs, which is also how Triton picks the interpreter; see runtime/interpreter.py)
 # converts with integer operations instead; compiled for a GPU, the native conversion (round to nearest even) stays.
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+# The module is built for one mode (runtime/interpreter.py sets the variable while it runs this source).
+_INTERPRETED = tl.constexpr(__import__("os").environ.get("TRITON_INTERPRET", "0") == "1")
 
 
 @triton.jit
