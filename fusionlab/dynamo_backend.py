@@ -14,7 +14,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import register_backend
 
-from fusionlab.capture import TENSOR_SLOT
+from fusionlab.capture import fill_template
 from fusionlab.explore import Exploration, explore
 
 #: the graphs compiled through the backend, newest last (the latest 64), for inspection in a notebook
@@ -47,7 +47,7 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
 
     def run(*args: Any) -> Any:
         outputs = iter(ex.run_flat(constants + [a for a in args if isinstance(a, torch.Tensor)]))
-        return [next(outputs) if slot is TENSOR_SLOT else slot for slot in ex.captured.result.output_template]
+        return fill_template(ex.captured.result.output_template, outputs)
 
     return make_boxed_func(run)  # type: ignore[no-any-return]
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.capture import TENSOR_SLOT, check_guards, check_inputs, flatten_call
+from fusionlab.capture import check_guards, check_inputs, fill_template, flatten_call
 from fusionlab.decompose import decomposition_rules
 from fusionlab.eager_grad import needs_grad, run_with_grad
 from fusionlab.fusion.policy import Policy, resolve_policy
@@ -135,7 +135,7 @@ class Exploration:
         else:
             outputs = iter(self.run_flat(tensors))
         result = self.captured.result
-        leaves = [next(outputs) if slot is TENSOR_SLOT else slot for slot in result.output_template]
+        leaves = fill_template(result.output_template, outputs)
         return pytree.tree_unflatten(leaves, result.output_spec)
 
     def _raw_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

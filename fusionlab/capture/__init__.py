@@ -14,11 +14,13 @@ from fusionlab.capture.result import (
     Guard,
     InputSpec,
     Mutation,
+    ObjectSlot,
     SymbolBinding,
+    fill_template,
 )
 from fusionlab.capture.state import StateChanged, StateSource
 from fusionlab.capture.trace import capture
 
 __all__ = ["TENSOR_SLOT", "AtenNode", "CaptureError", "CaptureResult", "Guard", "GuardFailed", "InputMismatch",
-           "InputSpec", "Mutation", "StateChanged", "StateSource", "SymbolBinding", "capture", "check_guards",
-           "check_inputs", "flatten_call"]
+           "InputSpec", "Mutation", "ObjectSlot", "StateChanged", "StateSource", "SymbolBinding", "capture", "check_guards",
+           "check_inputs", "fill_template", "flatten_call"]

@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,52 @@ class CaptureError(ValueError):
 
 
 TENSOR_SLOT = type("TensorSlot", (), {"__repr__": lambda self: "<tensor>"})()
+
+
+class ObjectSlot:
+    """An output that is neither a tensor nor a pytree container (a transformers `DynamicCache`): the object as
+    traced, and the tensors it holds. Each call returns a copy of it holding that call's tensors."""
+
+    def __init__(self, obj: Any, tensors: list[torch.Tensor]) -> None:
+        self.obj = obj
+        self.tensors = tensors  # the traced tensors inside `obj`, in the order the program returns them
+
+    def __repr__(self) -> str:
+        return f"<{type(self.obj).__name__} of {len(self.tensors)} tensors>"
+
+    def rebuild(self, values: list[torch.Tensor]) -> Any:
+        memo: dict[int, Any] = {id(traced): value for traced, value in zip(self.tensors, values)}
+        return copy.deepcopy(self.obj, memo)
+
+
+def tensors_inside(obj: Any, found: dict[int, torch.Tensor] | None = None, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors an object holds in its attributes, lists, tuples and dicts (each once, in order found)."""
+    found = {} if found is None else found
+    if isinstance(obj, torch.Tensor):
+        found.setdefault(id(obj), obj)
+    elif depth < 8 and isinstance(obj, (list, tuple, set, frozenset)):
+        for item in obj:
+            tensors_inside(item, found, depth + 1)
+    elif depth < 8 and isinstance(obj, dict):
+        for item in obj.values():
+            tensors_inside(item, found, depth + 1)
+    elif depth < 8 and hasattr(obj, "__dict__") and not isinstance(obj, (type, torch.nn.Module)):
+        for item in vars(obj).values():
+            tensors_inside(item, found, depth + 1)
+    return list(found.values())
+
+
+def fill_template(template: tuple[Any, ...], outputs: Iterator[torch.Tensor]) -> list[Any]:
+    """The output leaves of one call: `template` with each slot filled from `outputs` in order."""
+    leaves: list[Any] = []
+    for slot in template:
+        if slot is TENSOR_SLOT:
+            leaves.append(next(outputs))
+        elif isinstance(slot, ObjectSlot):
+            leaves.append(slot.rebuild([next(outputs) for _ in slot.tensors]))
+        else:
+            leaves.append(slot)
+    return leaves
 
 
 @dataclass(frozen=True)
@@ -84,7 +131,8 @@ class CaptureResult:
     types: dict[str, TensorType]
     multi_types: dict[str, tuple[TensorType | None, ...]]
     output_spec: pytree.TreeSpec
-    output_template: tuple[Any, ...]  # TENSOR_SLOT where a tensor goes; other leaves (None outputs) as they are
+    output_template: tuple[Any, ...]  # TENSOR_SLOT where a tensor goes, ObjectSlot for an object holding tensors;
+    # other leaves (None outputs) as they are
     constant_leaves: tuple[tuple[int, Any], ...]
     input_spec: pytree.TreeSpec
     symbols: tuple[SymbolBinding, ...]

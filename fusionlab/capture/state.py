@@ -135,7 +135,8 @@ def substituted(source: StateSource, values: dict[str, torch.Tensor]) -> Iterato
             prefix = f"{root}." if root else ""
             own = {k[len(prefix):]: v for k, v in values.items()
                    if (k.startswith(prefix) if prefix else k not in source.places)}
-            stack.enter_context(torch.nn.utils.stateless._reparametrize_module(module, own))
+            # tie_weights: a parameter shared by two modules (GPT-2's lm_head and wte) is named once and swapped in both
+            stack.enter_context(torch.nn.utils.stateless._reparametrize_module(module, own, tie_weights=True))
         saved = {name: source.closure_tensor(name) for name in source.places}
         try:
             for name in source.places:

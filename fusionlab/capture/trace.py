@@ -31,7 +31,9 @@ from fusionlab.capture.result import (
     CaptureResult,
     InputSpec,
     Mutation,
+    ObjectSlot,
     SymbolBinding,
+    tensors_inside,
 )
 from fusionlab.capture.state import StateSource, substituted
 from fusionlab.ir import Dim, TensorType
@@ -82,12 +84,20 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
                                    "Return the reshaped tensor instead (y = x.squeeze())")
         outputs, spec = pytree.tree_flatten(result)
         holder["spec"] = spec
-        for i, out in enumerate(outputs):
-            if out is not None and not isinstance(out, torch.Tensor):
-                raise CaptureError(f"output {i} is a {type(out).__name__}; fusionlab needs every output "
-                                   "to be a tensor (or None): return tensors only")
-        holder["template"] = [TENSOR_SLOT if isinstance(o, torch.Tensor) else o for o in outputs]
-        return [o for o in outputs if isinstance(o, torch.Tensor)]
+        template: list[Any] = []
+        returned: list[torch.Tensor] = []
+        for out in outputs:
+            if isinstance(out, torch.Tensor):
+                template.append(TENSOR_SLOT)
+                returned.append(out)
+            elif isinstance(out, (bool, int, float, str, torch.dtype, torch.device, type(None))):
+                template.append(out)
+            else:  # an object holding tensors (a transformers cache): rebuilt around each call's tensors
+                inside = tensors_inside(out)
+                template.append(ObjectSlot(out, inside))
+                returned.extend(inside)
+        holder["template"] = template
+        return returned
 
     holder: dict[str, Any] = {}
     example = [*state.values(), *(leaves[i] for i in tensor_positions)]
@@ -105,7 +115,7 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     kinds = [state_kinds[n] for n in state_names] + ["input"] * len(tensor_positions)
     display = state_names + [leaf_names[i] for i in tensor_positions]
-    user_outputs = sum(1 for t in holder["template"] if t is TENSOR_SLOT)
+    user_outputs = sum(len(t.tensors) if isinstance(t, ObjectSlot) else t is TENSOR_SLOT for t in holder["template"])
     mutations = _returned_mutations(graph_module, placeholders, display, kinds)
     substitution, symbols = _symbol_plan(placeholders, kinds, dynamic)
     guards = guards_of(placeholders, substitution, symbols)
