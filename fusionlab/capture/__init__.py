@@ -22,5 +22,5 @@ from fusionlab.capture.state import StateChanged, StateSource
 from fusionlab.capture.trace import capture
 
 __all__ = ["TENSOR_SLOT", "AtenNode", "CaptureError", "CaptureResult", "Guard", "GuardFailed", "InputMismatch",
-           "InputSpec", "Mutation", "ObjectSlot", "StateChanged", "StateSource", "SymbolBinding", "capture", "check_guards",
-           "check_inputs", "fill_template", "flatten_call"]
+           "InputSpec", "Mutation", "ObjectSlot", "StateChanged", "StateSource", "SymbolBinding", "capture",
+           "check_guards", "check_inputs", "fill_template", "flatten_call"]
