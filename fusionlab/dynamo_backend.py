@@ -2,12 +2,27 @@
 each aten graph runs through fusionlab's pipeline.
 
     >>> compiled = torch.compile(torch.nn.functional.gelu, backend="fusionlab")
+    >>> compiled(torch.randn(8))
+    >>> fusionlab.dynamo_backend.graphs[-1]
+    BackendGraph(0, 'inference', 1 kernel, 0 extern)
+
+Every graph the backend compiles is kept, labelled, in `graphs` (the latest 64): its Dynamo graph number, its role
+(forward and backward in training, inference under no_grad), the graph break that ended it, and its
+`Exploration`, so a notebook can open the backward graph of a training step:
+
+    >>> [g for g in fusionlab.dynamo_backend.graphs if g.role == "backward"][-1].exploration.show()
+
+When Dynamo recompiles with symbolic sizes (a second batch size), each new size gets its own exploration of the same
+graph, made on its first call (`BackendGraph.explorations`).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -17,40 +32,155 @@ from torch._dynamo.backends.registry import register_backend
 from fusionlab.capture import fill_template
 from fusionlab.explore import Exploration, explore
 
-#: the graphs compiled through the backend, newest last (the latest 64), for inspection in a notebook
+__all__ = ["BackendGraph", "backend", "compile_graph", "explorations", "graphs"]
+
+#: the explorations the backend made, newest last (the latest 64)
 explorations: deque[Exploration] = deque(maxlen=64)
 
 
+@dataclass
+class BackendGraph:
+    """One aten graph the backend compiled: which Dynamo graph it came from, its role, and its explorations."""
+
+    index: int  # the Dynamo graph's number in this process (0, 1, ...)
+    role: str  # "forward", "backward" (training) or "inference" (no grad)
+    graph_module: torch.fx.GraphModule  # the aten graph as AOTAutograd handed it
+    ended_by: str = ""  # the graph break that ended this Dynamo graph (reason and user source line), "" if none
+    dynamic: bool = False  # the graph has symbolic sizes: each new size is explored on its first call
+    explorations: dict[tuple[Any, ...], Exploration] = field(default_factory=dict)  # sizes -> exploration
+
+    @property
+    def exploration(self) -> Exploration:
+        """The exploration made first (at the sizes Dynamo compiled for)."""
+        return next(iter(self.explorations.values()))
+
+    @property
+    def name(self) -> str:
+        return f"graph {self.index} ({self.role})"
+
+    def __repr__(self) -> str:
+        fused = self.exploration.fused
+        kernels = sum(1 for g in fused.groups if g.is_kernel)
+        externs = sum(1 for g in fused.groups if g.kind == "extern")
+        sizes = f", {len(self.explorations)} sizes" if len(self.explorations) > 1 else ""
+        return (f"BackendGraph({self.index}, {self.role!r}, {kernels} kernel{'s' * (kernels != 1)}, "
+                f"{externs} extern{'s' * (externs != 1)}{sizes})")
+
+
+#: the graphs compiled through the backend, labelled, newest last (the latest 64)
+graphs: deque[BackendGraph] = deque(maxlen=64)
+_numbers = itertools.count()
+
+
+def hint_int(size: int | torch.SymInt) -> int:
+    """The value Dynamo saw for a size, read without adding a guard (which would specialise the graph)."""
+    if not isinstance(size, torch.SymInt):
+        return int(size)
+    node = size.node
+    hint = getattr(node, "hint", None)
+    return int(hint) if hint is not None else int(node.shape_env.size_hint(node.expr))
+
+
 def _real(value: Any) -> Any:
-    """Dynamo hands fake tensors to the compiler: fusionlab traces real (uninitialised) stand-ins."""
+    """Dynamo hands fake tensors (and symbolic sizes) to the compiler: fusionlab traces real (uninitialised)
+    stand-ins at the sizes Dynamo saw, read without adding a guard."""
+    if isinstance(value, torch.SymInt):
+        return hint_int(value)
     if not isinstance(value, torch.Tensor):
         return value
-    shape = [int(s) for s in value.shape]
-    strides = [int(s) for s in value.stride()]
+    shape = [hint_int(s) for s in value.shape]
+    strides = [hint_int(s) for s in value.stride()]
     return torch.empty_strided(shape, strides, dtype=value.dtype, device=value.device)
 
 
-def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    """Compile one aten graph (forward or backward) into fusionlab kernels."""
-    from functorch.compile import make_boxed_func
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, torch.SymInt):
+        return True
+    return isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*value.shape,
+                                                                                            *value.stride()))
+
+
+def _sizes_key(args: Sequence[Any], positions: Sequence[int]) -> tuple[Any, ...]:
+    return tuple(tuple(args[i].shape) if isinstance(args[i], torch.Tensor) else args[i] for i in positions)
+
+
+def _explore(graph: BackendGraph, args: Sequence[Any]) -> tuple[Exploration, list[torch.Tensor]]:
+    """Explore `graph` at the sizes of `args` (real values), build its kernels now, and find the tensors the graph
+    holds itself (constants made inside the function), which lead its inputs."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    # Trace with fusionlab's own fake mode, not Dynamo's (symbolic) one.
     with torch._guards.tracing(None), unset_fake_temporarily():
-        ex = explore(graph_module, *[_real(v) for v in example_inputs])
+        ex = explore(graph.graph_module, *args)
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
-        # Tensors the graph holds itself (constants made inside the function: `b[:, 0] = 0`'s zero) lead its
-        # inputs.
         held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
         constants = [held[spec.name][0].detach() for spec in ex.captured.result.inputs if spec.kind != "input"]
     explorations.append(ex)
+    return ex, constants
+
+
+def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *, index: int | None = None,
+                  role: str = "forward", ended_by: str = "") -> Callable[..., Any]:
+    """Compile one aten graph (forward, backward or inference) into fusionlab kernels."""
+    from functorch.compile import make_boxed_func
+
+    dynamic_positions = [i for i, value in enumerate(example_inputs) if _is_symbolic(value)]
+    graph = BackendGraph(next(_numbers) if index is None else index, role, graph_module, ended_by,
+                         bool(dynamic_positions))
+    real = [_real(v) for v in example_inputs]
+    first, first_constants = _explore(graph, real)
+    graph.explorations[_sizes_key(real, dynamic_positions)] = first
+    specialised: dict[tuple[Any, ...], tuple[Exploration, list[torch.Tensor]]] = {
+        _sizes_key(real, dynamic_positions): (first, first_constants)}
+    graphs.append(graph)
 
     def run(*args: Any) -> Any:
+        ex, constants = first, first_constants
+        if dynamic_positions:
+            key = _sizes_key(args, dynamic_positions)
+            if key not in specialised:
+                specialised[key] = _explore(graph, args)
+                graph.explorations[key] = specialised[key][0]
+            ex, constants = specialised[key]
         outputs = iter(ex.run_flat(constants + [a for a in args if isinstance(a, torch.Tensor)]))
         return fill_template(ex.captured.result.output_template, outputs)
 
     return make_boxed_func(run)  # type: ignore[no-any-return]
 
 
-backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph)
+def _graph_break() -> str:
+    """Why Dynamo ended the graph it is compiling now: "" when the function returned, else the break's reason and
+    the user's source line (read from Dynamo's translator; "" where this torch does not say)."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        reason = InstructionTranslator.current_tx().output.compile_subgraph_reason
+    except Exception:  # noqa: BLE001 - a private API: no reason rather than no graph
+        return ""
+    if reason is None or not reason.graph_break:
+        return ""
+    where = ""
+    if reason.user_stack:
+        frame = reason.user_stack[-1]
+        line = (frame.line or "").strip()
+        where = f" at {frame.filename}:{frame.lineno}" + (f" `{line}`" if line else "")
+    text = reason.reason.strip().splitlines()[0]
+    if text.startswith("generic_jump"):  # Dynamo's name for a branch it cannot follow
+        text = "a Python branch on a tensor's value (if/while on a tensor): Dynamo runs it in Python, between graphs"
+    return f"graph break{where}: {text}"
+
+
+def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """The Dynamo backend: each Dynamo graph gets a number, AOTAutograd splits it into forward and backward (or one
+    inference graph), and each of those is compiled by `compile_graph` under that label."""
+    index = next(_numbers)
+    ended_by = _graph_break()
+
+    def compiler(role: str) -> Callable[..., Any]:
+        return functools.partial(compile_graph, index=index, role=role, ended_by=ended_by)
+
+    split = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                         inference_compiler=compiler("inference"))
+    return split(graph_module, example_inputs)  # type: ignore[no-any-return]
+
+
 register_backend(name="fusionlab")(backend)
