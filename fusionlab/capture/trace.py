@@ -20,9 +20,11 @@ from typing import Any
 import sympy
 import torch
 import torch.fx.experimental._config as fx_config
+import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from fusionlab.capture.decompositions import DECOMPOSITIONS
 from fusionlab.capture.guards import guards_of
 from fusionlab.capture.result import (
     TENSOR_SLOT,
@@ -103,8 +105,12 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     example = [*state.values(), *(leaves[i] for i in tensor_positions)]
     name = getattr(fn, "__name__", type(fn).__name__)
     try:
-        with torch.no_grad(), fx_config.patch(use_duck_shape=False), _compiling():  # type: ignore[attr-defined]
+        # preserve_node_meta: each node keeps the aten op it came from (`meta["original_aten"]`), so the nodes a
+        # decomposition made say which op they replace.
+        with torch.no_grad(), fx_config.patch(use_duck_shape=False), _compiling(), \
+                fx_traceback.preserve_node_meta():  # type: ignore[attr-defined]
             graph_module = make_fx(torch.func.functionalize(traced, remove="mutations"),
+                                   decomposition_table=DECOMPOSITIONS,
                                    tracing_mode="symbolic" if dynamic else "fake")(*example)
     except CaptureError:
         raise

@@ -18,10 +18,23 @@ aten = torch.ops.aten
 
 
 def _to_copy(b: Builder, x: Ref, dtype: torch.dtype | None = None, **kwargs: Any) -> Ref:
+    """A dtype conversion. A `device=` naming the device the tensor is already on (AOTAutograd and PyTorch's
+    decompositions spell it out: `_to_copy(mask, dtype=torch.bool, device=cpu)`) is still a copy in a kernel; a
+    copy to another device runs in PyTorch."""
     device = kwargs.get("device")
-    if device is not None and torch.device(device).type != "meta":
-        raise RuleNotApplicable("a copy to another device")
+    if device is not None and torch.device(device).type != "meta" and not _same_device(b, torch.device(device)):
+        raise RuleNotApplicable(f"a copy to another device ({device})")
     return b.pointwise("copy", b.cast(x, dtype or b.type_of(x).dtype))
+
+
+def _same_device(b: Builder, device: torch.device) -> bool:
+    """Whether the tensor `b.node` copies already lives on `device` (cuda and cuda:0 are one device here)."""
+    source = b.node.args[0] if b.node is not None and b.node.args else None
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor):
+        return False
+    here = value.device
+    return here.type == device.type and (device.index is None or here.index in (None, device.index))
 
 
 # Products that read either order of their operands' last two dimensions at the same speed (cuBLAS transposes for

@@ -1,5 +1,5 @@
-"""Reduction rules: sum, mean, prod, max/min and their arg forms become reduction primitives; var, std,
-logsumexp and the vector norm are built from them and pointwise primitives.
+"""Reduction rules: sum, mean, prod, max/min and their arg forms become reduction primitives; all/any (counts),
+var, std, logsumexp and the vector norm are built from them and pointwise primitives.
 
     >>> aten.var_mean in REDUCTION_RULES
     True
@@ -52,6 +52,16 @@ def _max_dim(op: str, index_op: str) -> Rule:
     return rule
 
 
+def _all(b: Builder, x: Ref, dim: Any = None, keepdim: bool = False) -> Ref:
+    """Whether every element is non-zero: no element is zero (a count of zeros; NaN counts as non-zero)."""
+    return b.pointwise("eq", b.reduce("sum", b.pointwise("logical_not", x), _dims(dim), keepdim), 0)
+
+
+def _any(b: Builder, x: Ref, dim: Any = None, keepdim: bool = False) -> Ref:
+    """Whether some element is non-zero: a count of non-zero elements."""
+    return b.pointwise("ne", b.reduce("sum", b.pointwise("ne", x, 0), _dims(dim), keepdim), 0)
+
+
 def _var(b: Builder, x: Ref, dim: Any = None, *, correction: Any = None, keepdim: bool = False,
          unbiased: Any = None) -> Ref:
     correction = 1 if correction is None else correction
@@ -98,6 +108,8 @@ REDUCTION_RULES: dict[Any, Rule] = {
     aten.amin: _minmax("amin"),
     aten.argmax: _minmax("argmax"),
     aten.argmin: _minmax("argmin"),
+    aten.all: _all,
+    aten.any: _any,
     aten.max: _max_dim("amax", "argmax"),
     aten.min: _max_dim("amin", "argmin"),
     aten.var: _var,
