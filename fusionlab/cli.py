@@ -2,6 +2,7 @@
 
     python -m fusionlab bench softmax layer_norm --device cpu --out results
     python -m fusionlab bench --device cuda --size gpu --out results      # the whole suite on a GPU
+    python -m fusionlab bench --models --out results                      # the model zoo, inference and training
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--profile", default="H200", help="GPU profile for modelled times (default: H200)")
     bench.add_argument("--quiet", action="store_true", help="no progress bars")
     bench.add_argument("--list", action="store_true", help="list the workloads and exit")
+    bench.add_argument("--models", action="store_true",
+                       help="benchmark the model zoo (fusionlab.models) instead, inference and a training step; "
+                            "NAME then names models")
+    bench.add_argument("--modes", default="inference,training", help="with --models: inference, training or both")
 
     report = commands.add_parser(
         "report",
@@ -71,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _bench(arguments: argparse.Namespace) -> int:
+    if arguments.models:
+        return _bench_models(arguments)
     if arguments.list:
         for workload in workloads.all_workloads():
             print(f"{workload.name:<18} {workload.bound:<8} {workload.description}")
@@ -121,6 +128,47 @@ def _bench(arguments: argparse.Namespace) -> int:
     failed = [row["workload"] for row in rows if row.get("error")]
     if failed:
         print(f"fusionlab bench: {len(failed)} workloads failed: {', '.join(failed)} (see the error column)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _bench_models(arguments: argparse.Namespace) -> int:
+    from fusionlab import models
+    from fusionlab.measure.models import bench_models, model_table, write_model_results
+
+    if arguments.list:
+        for name in models.names():
+            print(f"{name:<10} {models.spec(name).description}")
+        return 0
+    unknown = [name for name in arguments.workloads if name not in models.names()]
+    modes = [mode.strip() for mode in arguments.modes.split(",") if mode.strip()]
+    bad_modes = [mode for mode in modes if mode not in ("inference", "training")]
+    if unknown or bad_modes or not modes:
+        print(f"fusionlab bench --models: unknown model {', '.join(unknown)} (choose from "
+              f"{', '.join(models.names())})" if unknown else
+              f"fusionlab bench --models: --modes takes inference and/or training, got {arguments.modes!r}",
+              file=sys.stderr)
+        return 2
+    device = arguments.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    size = {"cpu": "tiny", "gpu": "gpu", None: None}[arguments.size]
+    finished: list[dict[str, Any]] = []
+
+    def keep(row: dict[str, Any]) -> None:
+        finished.append(row)
+        write_model_results(finished, arguments.out)  # after every row: a run cut short keeps what it measured
+        if not arguments.quiet:
+            print(model_table([row]).splitlines()[-1], file=sys.stderr)
+
+    rows = bench_models(arguments.workloads or None, modes=modes, on_row=keep, device=device, size=size,
+                        dtype=getattr(torch, arguments.dtype) if arguments.dtype else None, rounds=arguments.rounds,
+                        repeat=max(1, min(arguments.repeat, 20)))
+    csv_path, markdown_path = write_model_results(rows, arguments.out)
+    print(model_table(rows))
+    print(f"\nwrote {csv_path} and {markdown_path}")
+    failed = [f"{row['model']} {row['mode']}" for row in rows if row.get("error")]
+    if failed:
+        print(f"fusionlab bench --models: {len(failed)} failed or differ from eager: {', '.join(failed)}",
               file=sys.stderr)
         return 1
     return 0
