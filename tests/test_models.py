@@ -150,3 +150,26 @@ def test_llama_cache_is_returned_and_matches() -> None:
     out = ex(**inputs)
     assert type(out.past_key_values).__name__ == "DynamicCache"
     _compare_inference(ex, model, inputs)
+
+
+def test_bench_model_row_on_cpu() -> None:
+    """Correctness first (ours and Inductor's error against eager), then measured eager and Inductor times; on a
+    CPU fusionlab's interpreted kernels are not timed, and the row says so."""
+    from fusionlab.measure.models import MODEL_COLUMNS, bench_model, model_table
+
+    row = bench_model("vit", mode="inference", size="tiny", device="cpu", repeat=2)
+    assert set(row) == set(MODEL_COLUMNS)
+    assert row["correct"] and row["fusionlab_err"] < 1e-5 and row["inductor_err"] < 1e-5, row
+    assert row["eager_ms"] > 0 and row["inductor_ms"] > 0 and row["fusionlab_ms"] is None
+    assert "not timed" in row["timing"] and row["threads"] == 1
+    assert row["fusionlab_kernels"] > 0 and row["fusionlab_compile_s"] > 0
+    assert "| vit | inference | 2 | float32 |" in model_table([row])
+
+
+def test_cli_lists_the_zoo(capsys: pytest.CaptureFixture[str]) -> None:
+    from fusionlab.cli import main
+
+    assert main(["bench", "--models", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in NAMES)
+    assert main(["bench", "--models", "gpt3"]) == 2
