@@ -38,6 +38,7 @@ class VerifyReport:
     after_call: tuple[OutputError, ...] = ()
     stages: tuple[StageCheck, ...] = ()
     first_divergence: Divergence | None = None
+    note: str = ""  # what else a reader must know (the program draws random numbers)
 
     @property
     def rows(self) -> tuple[OutputError, ...]:
@@ -55,7 +56,8 @@ class VerifyReport:
     def lesson(self) -> str:
         """The stages in one line: "captured == eager; decomposed == captured; generated differs first at ..."."""
         if not self.stages:
-            return "fused == eager" if self.ok else "fused differs from eager (stages not compared)"
+            lesson = "fused == eager" if self.ok else "fused differs from eager (stages not compared)"
+            return f"{lesson}; {self.note}" if self.note else lesson
         parts = [check.text() for check in self.stages]
         if self.first_divergence is not None and self.first_divergence.stage == "after the call":
             parts.append(self.first_divergence.text())
@@ -68,6 +70,8 @@ class VerifyReport:
             rows.append(f"stages: {self.lesson()}")
         if self.first_divergence is not None:
             rows.append(f"first divergence: {self.first_divergence.text()}")
+        if self.note and not self.stages:
+            rows.append(f"note: {self.note}")
         return "\n".join(rows)
 
     def _repr_html_(self) -> str:
@@ -87,6 +91,8 @@ def report_html(report: VerifyReport) -> str:
                    f"{_cell('ok' if o.ok else 'MISMATCH', o.ok)}</tr>" for o in report.rows)
     parts = [f"<div class='fusionlab-verify'><p><code>{html.escape(repr(report))}</code></p>",
              f"<p>{html.escape(report.lesson())}</p>"]
+    if report.note and report.stages:
+        parts.append(f"<p><b>note</b>: {html.escape(report.note)}</p>")
     if report.first_divergence is not None:
         parts.append(f"<p><b>first divergence</b>: {html.escape(report.first_divergence.text())}</p>")
     parts.append(f"<table><tr>{head}</tr>{rows}</table>")
@@ -143,6 +149,44 @@ def random_like_inputs(args: tuple[Any, ...], kwargs: dict[str, Any],
     return pytree.tree_map(lambda v: random_like(v, generator) if isinstance(v, torch.Tensor) else v, (args, kwargs))
 
 
+# -- random ops: eager and fused draw from the same generator state ----------------------------------------------
+def random_ops(captured: CaptureResult) -> tuple[str, ...]:
+    """The aten ops in the captured program that draw random numbers (dropout's bernoulli, randn, ...), each once.
+
+        >>> random_ops(capture(lambda x: F.dropout(x, 0.5), (torch.randn(4),), {}))
+        ('aten.bernoulli.p',)
+    """
+    found: dict[str, None] = {}
+    for node in captured.graph_module.graph.nodes:
+        if node.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+            found[f"aten.{node.target.__name__}" if getattr(node.target, "namespace", "") == "aten"
+                  else str(node.target)] = None
+    return tuple(found)
+
+
+def _generator_states() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return torch.get_rng_state(), cuda
+
+
+def _set_generator_states(states: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
+    torch.set_rng_state(states[0])
+    if states[1]:
+        torch.cuda.set_rng_state_all(states[1])
+
+
+def _random_note(draws: tuple[str, ...], ok: bool) -> str:
+    ops = ", ".join(draws)
+    if ok:
+        return (f"the program draws random numbers ({ops}): eager and fusionlab ran from the same generator state, "
+                "and fusionlab runs random ops in eager PyTorch in program order, so both drew the same numbers")
+    return (f"the program draws random numbers ({ops}; dropout in train mode): eager and fusionlab ran from the same "
+            "generator state and still differ, so either they drew different numbers (random ops ran in another "
+            "order) or the difference lies elsewhere; the stages were not compared value by value, since each would "
+            "draw numbers of its own. Compare without randomness: call model.eval(), build the model with "
+            "dropout=0.0, or pass training=False to F.dropout")
+
+
 # -- one verification: eager and fused on separate copies, state restored -----------------------------------------
 def module_state(module: torch.nn.Module | None) -> dict[str, tuple[torch.Tensor, str]]:
     """A module's parameters and buffers by dotted name, with their kind ("parameter" or "buffer")."""
@@ -180,11 +224,15 @@ def verify_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
     before = _snapshot(state)
     eager_inputs = random_like_inputs(args, kwargs, seed)
     fused_inputs = random_like_inputs(args, kwargs, seed)
+    draws = random_ops(captured)
+    generators = _generator_states()  # eager and fused draw from the same state (dropout keeps its mask)
     with torch.no_grad():
         expected = _tensors(fn(*eager_inputs[0], **eager_inputs[1]))
     eager_after = _snapshot(state)
     try:
         _restore(state, before)
+        if draws:
+            _set_generator_states(generators)
         actual = _tensors(fused(*fused_inputs[0], **fused_inputs[1]))
         fused_after = _snapshot(state)
         report = verify_outputs(expected, actual)
@@ -196,7 +244,9 @@ def verify_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
                                                                                          fused_after[name])
             if kind != "parameter" or changed:
                 rows.append(compare(eager_after[name], fused_after[name], len(rows), f"{kind} {name!r} after the call"))
-        report = VerifyReport(report.outputs, tuple(rows))
+        report = VerifyReport(report.outputs, tuple(rows), note=_random_note(draws, report.ok) if draws else "")
+        if draws and not localise_stages:
+            return report  # each stage would draw numbers of its own: comparing them would only show that
         if localise_stages or (localise_stages is None and not report.ok):
             _restore(state, before)
             flat = flat_inputs(*random_like_inputs(args, kwargs, seed))
@@ -206,7 +256,7 @@ def verify_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
                 if written is not None and all(check.ok for check in checks):
                     divergence = Divergence("after the call", written.label.removesuffix(" after the call"), "",
                                             written.max_abs_error)
-            report = VerifyReport(report.outputs, report.after_call, checks, divergence)
+            report = VerifyReport(report.outputs, report.after_call, checks, divergence, report.note)
     finally:
         _restore(state, eager_after)
     return report

@@ -1,7 +1,9 @@
 """Decompose: the captured aten graph -> fusionlab's primitive graph, through one rule table (`rules.RULES`).
 
 An aten op with no rule, or whose rule cannot handle its arguments, becomes an extern node: it runs as the
-eager aten call between kernels, and every view marks it as such.
+eager aten call between kernels, and every view marks it as such. Its reason says why: some ops are extern on
+purpose (`DELIBERATE_EXTERNS`: products in cuBLAS, convolutions in cuDNN, fused attention, window ops, random ops),
+the rest lack a rule.
 
     >>> graph = decompose(capture(torch.sigmoid, (torch.randn(4),), {})).graph
 """
@@ -17,10 +19,66 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureError, CaptureResult
+from fusionlab.capture.decompositions import decomposed_from
 from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable, short_name
 from fusionlab.decompose.rules import RULES
 from fusionlab.ir import Graph, Node, Ref
 from fusionlab.names import sanitize
+
+aten = torch.ops.aten
+
+
+def _ops(*names: str) -> tuple[Any, ...]:
+    """The op packets this torch has (torch 2.11 and 2.13 name a few differently)."""
+    return tuple(packet for name in names if (packet := getattr(aten, name, None)) is not None)
+
+
+_PRODUCT = ("runs in cuBLAS: a matrix product is the vendor library's work (matmul='extern', the default; "
+            "fl.explore(..., matmul='triton') generates 2-D float products in Triton)")
+_CONVOLUTION = "runs in cuDNN: a convolution (and its gradient) is the vendor library's work"
+_ATTENTION = ("runs PyTorch's fused attention kernel (flash / memory-efficient attention): already one kernel that "
+              "never stores the score matrix")
+_WINDOW = ("is a sliding-window op (each output reads a window of its input, or scatters back into one): runs in "
+           "eager PyTorch")
+_EMBEDDING_GRAD = ("is a scatter-add with repeated indices (the rows of a token seen twice add up): a kernel would "
+                   "need atomic adds; runs in eager PyTorch")
+RANDOM = ("draws random numbers: runs in eager PyTorch, in program order, so from the same generator state "
+          "(torch.manual_seed) it draws what eager draws")
+
+#: Ops that run as extern calls on purpose, and why; each reason follows the op's name ("aten.mm.default runs in
+#: cuBLAS: ..."). Random ops (tagged nondeterministic_seeded) are found by their tag and say RANDOM.
+DELIBERATE_EXTERNS: dict[Any, str] = {
+    **dict.fromkeys(_ops("mm", "addmm", "bmm", "baddbmm", "matmul", "mv", "addmv", "dot", "vdot", "addbmm",
+                         "linear", "_int_mm", "_scaled_mm"), _PRODUCT),
+    **dict.fromkeys(_ops("convolution", "_convolution", "convolution_backward", "cudnn_convolution",
+                         "cudnn_convolution_transpose", "convolution_overrideable",
+                         "convolution_backward_overrideable", "mkldnn_convolution"), _CONVOLUTION),
+    **dict.fromkeys(_ops("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+                         "_scaled_dot_product_flash_attention_for_cpu",
+                         "_scaled_dot_product_flash_attention_for_cpu_backward",
+                         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+                         "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+                         "_scaled_dot_product_fused_attention_overrideable",
+                         "_scaled_dot_product_fused_attention_overrideable_backward", "_flash_attention_forward",
+                         "_flash_attention_backward", "_efficient_attention_forward",
+                         "_efficient_attention_backward"), _ATTENTION),
+    **dict.fromkeys(_ops("max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices",
+                         "max_pool3d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward", "avg_pool3d",
+                         "avg_pool3d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
+                         "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "max_unpool2d", "im2col", "col2im"),
+                    _WINDOW),
+    **dict.fromkeys(_ops("embedding_dense_backward", "embedding_backward"), _EMBEDDING_GRAD),
+}
+
+
+def deliberate_reason(target: Any) -> str | None:
+    """Why `target` runs as an extern op on purpose ("aten.mm.default runs in cuBLAS: ..."), or None when it only
+    lacks a rule."""
+    packet = getattr(target, "overloadpacket", None)
+    why = DELIBERATE_EXTERNS.get(target) or DELIBERATE_EXTERNS.get(packet)
+    if why is None and torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
+        why = RANDOM
+    return None if why is None else f"{short_name(target)} {why}"
 
 
 @dataclass(frozen=True)
@@ -163,11 +221,20 @@ def _apply_functional(builder: Builder, table: dict[Any, Rule], target: Any, fx_
                 builder.types.pop(node.name, None)
             del builder.nodes[mark:]
             builder._seen = {k: v for k, v in builder._seen.items() if v.name in builder.types}
-            reason = f"the {short_name(target)} rule does not handle these arguments ({error}): runs as an extern op"
+            deliberate = deliberate_reason(target)
+            reason = (f"{deliberate} ({error})" if deliberate else
+                      f"the {short_name(target)} rule does not handle these arguments ({error}): runs as an extern op")
     else:
-        reason = f"no decomposition rule for {short_name(target)}: runs as an extern op between kernels"
+        reason = deliberate_reason(target) or _missing_rule(target, fx_node)
     fallbacks.append((fx_node.name, reason))
     return builder.extern(target, args, kwargs, reason)
+
+
+def _missing_rule(target: Any, fx_node: torch.fx.Node) -> str:
+    """An op with no rule; one written by a decomposition capture applied says which op it came from."""
+    origin = decomposed_from(fx_node)
+    source = f" (written by the decomposition of {origin})" if origin else ""
+    return f"no decomposition rule for {short_name(target)}{source}: runs as an extern op between kernels"
 
 
 def _check(builder: Builder, result: Any, expected: Any) -> Any:

@@ -56,8 +56,16 @@ class Policy(Protocol):
 
 
 def _extern_reason(producer: GroupInfo, consumer: GroupInfo) -> Verdict | None:
+    """An extern op never shares a kernel: say why it is one, in the words decomposition recorded when the op runs
+    outside on purpose ("extern op: aten.convolution.default runs in cuDNN: ...")."""
     blocker = extern_blocker(producer.nodes, consumer.nodes)
-    return None if blocker is None else Verdict(False, blocker)
+    if blocker is None:
+        return None
+    for node in (*producer.nodes, *consumer.nodes):
+        reason = node.param("reason") if node.kind == "extern" else None
+        if isinstance(reason, str) and reason.startswith(f"{node.op} "):
+            return Verdict(False, f"extern op: {reason}")
+    return Verdict(False, blocker)
 
 
 POINTWISE_PAIR = Verdict(True, "both are pointwise over the same elements: one pass, the intermediate stays in "
@@ -101,6 +109,9 @@ class DefaultFusion:
     name = "default"
 
     def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict:
+        extern = _extern_reason(producer, consumer)
+        if extern is not None:
+            return extern
         blocker = pair_blocker(producer.nodes, consumer.nodes)
         if blocker is not None:
             return Verdict(False, blocker)
