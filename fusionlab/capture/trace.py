@@ -107,8 +107,8 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     try:
         # preserve_node_meta: each node keeps the aten op it came from (`meta["original_aten"]`), so the nodes a
         # decomposition made say which op they replace.
-        with torch.no_grad(), fx_config.patch(use_duck_shape=False), _compiling(), \
-                fx_traceback.preserve_node_meta():  # type: ignore[attr-defined]
+        patched = fx_config.patch(use_duck_shape=False)  # type: ignore[attr-defined]
+        with torch.no_grad(), patched, _compiling(), fx_traceback.preserve_node_meta():
             graph_module = make_fx(torch.func.functionalize(traced, remove="mutations"),
                                    decomposition_table=DECOMPOSITIONS,
                                    tracing_mode="symbolic" if dynamic else "fake")(*example)
