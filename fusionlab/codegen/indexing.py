@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fusionlab.codegen.plan import ARGUMENT_ROLES, KernelPlan
 from fusionlab.fusion.domain import IndexMap
@@ -28,11 +29,21 @@ RESERVED = ("xindex", "rindex", "xmask", "rmask", "mask", "xnumel", "rnumel", "X
 
 @dataclass(frozen=True)
 class Shift:
-    """An index map's entry for a slice of a concatenation: domain index minus `offset`, valid for `length`."""
+    """An index map's entry shifted back by `offset` and valid for `length`: a slice of a concatenation, or a
+    padded operand (`dim` is the entry it shifts: a domain dimension, None for index 0, or another entry)."""
 
-    dim: int
+    dim: Any
     offset: str  # a kernel argument (sizes are never baked into source)
     length: str
+
+
+@dataclass(frozen=True)
+class Rolled:
+    """An index map's entry read rolled: ((entry - shift) mod size), always in range (`torch.roll`)."""
+
+    dim: Any
+    shift: str  # kernel arguments
+    size: str
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,7 @@ class KernelArgument:
     value: str = ""  # the graph value (input/output/stride) it belongs to
     dim: int = -1
     expr: str = ""  # for sizes: the sympy expression, printed
+    amount: Any = None  # for scalars: the int or size expression the wrapper passes
 
 
 def bounds_mask(index: str, numel: str, even: str, shape: str) -> str:
@@ -63,12 +75,17 @@ class IndexWriter:
         self.dim_lines: dict[str, str] = {}  # `dN = ...` lines, emitted once before the body
 
     # -- arguments ------------------------------------------------------------------------------
-    def _argument(self, raw: str, role: str, value: str = "", dim: int = -1, expr: str = "") -> str:
+    def _argument(self, raw: str, role: str, value: str = "", dim: int = -1, expr: str = "",
+                  amount: Any = None) -> str:
         key = f"{role}:{value}:{dim}:{raw}"
         if key not in self.arguments:
             name = self.namer.identifier(raw, key)
-            self.arguments[key] = KernelArgument(name, role, value, dim, expr)
+            self.arguments[key] = KernelArgument(name, role, value, dim, expr, amount)
         return self.arguments[key].name
+
+    def scalar(self, raw: str, amount: Any) -> str:
+        """An integer kernel argument (an offset, a shift, a size of an operand): never a literal in the source."""
+        return self._argument(raw, "scalar", expr=str(amount), amount=amount)
 
     def _size(self, dim: int) -> str:
         return self._argument(f"size{dim}", "size", dim=dim, expr=str(self.domain.shape[dim]))
@@ -132,15 +149,48 @@ class IndexWriter:
             terms.append(f"{self.entry_expr(dim)} * {stride}")
         return " + ".join(terms) or "0"
 
-    def entry_expr(self, entry: int | Shift) -> str:
+    def entry_expr(self, entry: Any) -> str:
+        if entry is None:
+            return "0"
         if isinstance(entry, Shift):
-            return f"({self.dim_expr(entry.dim)} - {entry.offset})"
+            return f"({self.entry_expr(entry.dim)} - {entry.offset})"
+        if isinstance(entry, Rolled):
+            # C-style % keeps the dividend's sign: one more `+ size` and `% size` make it Python's (in [0, size)).
+            return f"((({self.entry_expr(entry.dim)} - {entry.shift}) % {entry.size} + {entry.size}) % {entry.size})"
         return self.dim_expr(entry)
 
+    def in_range(self, entry: Shift) -> str:
+        """Where a shifted entry falls inside its operand."""
+        inner = self.entry_expr(entry.dim)
+        return f"({inner} >= {entry.offset}) & ({inner} < {entry.offset} + {entry.length})"
+
     def guards(self, index_map: IndexMap) -> list[str]:
-        """Range conditions of the concatenation slices a load reads (so no other slice's index is read)."""
-        return [f"({self.dim_expr(e.dim)} >= {e.offset}) & ({self.dim_expr(e.dim)} < {e.offset} + {e.length})"
-                for e in index_map if isinstance(e, Shift)]
+        """Range conditions of the shifted entries (concatenation slices, padding) a load reads, so that no index
+        outside the operand is read."""
+        found = []
+        for entry in index_map:
+            while isinstance(entry, (Shift, Rolled)):
+                if isinstance(entry, Shift):
+                    found.append(self.in_range(entry))
+                entry = entry.dim
+        return found
+
+    def lanes(self, index_map: IndexMap) -> str | None:
+        """The bounds mask of a value read at `index_map` (the lanes of the block that hold elements)."""
+        return self.mask_for(" ".join(self.entry_expr(e) for e in index_map if e is not None))
+
+    def block_shape(self, index_map: IndexMap) -> str:
+        """The block a value read at `index_map` fills: rows, columns, both, or one element."""
+        def base(entry: Any) -> Any:
+            while isinstance(entry, (Shift, Rolled)):
+                entry = entry.dim
+            return entry
+        used = {base(e) for e in index_map} - {None}
+        if not self.plan.two_d:
+            return "[XBLOCK]" if used else "[1]"
+        rows = self.plan.row_block if used & set(self.layout.outer) else "1"
+        columns = self.plan.column_block if used & set(self.layout.axes) else "1"
+        return f"[{rows}, {columns}]"
 
     def mask_for(self, expr: str) -> str | None:
         has_x = "xindex" in expr or any(f"d{d}" in expr for d in self.layout.outer)

@@ -18,10 +18,11 @@ import torch
 
 from fusionlab.codegen import reductions, welford
 from fusionlab.codegen.dtypes import HALF_DTYPES, TRITON_DTYPES, convert, literal
-from fusionlab.codegen.indexing import IndexWriter, KernelArgument, Shift, bounds_mask
+from fusionlab.codegen.indexing import IndexWriter, KernelArgument, Rolled, Shift, bounds_mask
 from fusionlab.codegen.kinds import KernelKind
 from fusionlab.codegen.plan import KernelPlan
 from fusionlab.decompose import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE, compute_dtype
+from fusionlab.decompose.primitives import INDEXED
 from fusionlab.fusion.domain import Domain, IndexMap, alignment, reads_own_row, store_map, view_map
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Node, Ref
@@ -113,10 +114,15 @@ class KernelWriter(IndexWriter):
             # (the interpreter cannot `&` a scalar comparison with a block one).
             rows = self.plan.row_block
             load = f"tl.broadcast_to({load}, {f'[{rows}, 1]' if self.plan.two_d else f'[{rows}]'})"
+        return self._converted(load, dtype)
+
+    @staticmethod
+    def _converted(load: str, dtype: torch.dtype) -> str:
+        """A loaded value in its compute dtype (half precision computes in float32)."""
         if dtype == torch.bfloat16:
-            load = f"_from_bfloat16({load})"
-        elif compute_dtype(dtype) != dtype:
-            load += f".to({TRITON_DTYPES[compute_dtype(dtype)]})"
+            return f"_from_bfloat16({load})"
+        if compute_dtype(dtype) != dtype:
+            return f"{load}.to({TRITON_DTYPES[compute_dtype(dtype)]})"
         return load
 
     def _view_map(self, node: Node, index_map: IndexMap) -> IndexMap:
@@ -126,26 +132,141 @@ class KernelWriter(IndexWriter):
         """cat along `dim`: each input is read at the domain index shifted by the sizes before it."""
         dim = int(node.param("dim"))
         entry = index_map[dim]
-        base = entry.offset if isinstance(entry, Shift) else "0"
-        domain_dim = entry.dim if isinstance(entry, Shift) else entry
-        assert domain_dim is not None, "a concatenation along a broadcast dimension"
-        pieces, start = [], base
+        assert entry is not None, "a concatenation along a broadcast dimension"
+        position = self.entry_expr(entry)
+        pieces, start = [], "0"
         # Positional arguments, not `node.inputs`: that drops repeats, and cat([a, a]) reads `a` twice.
         parts = [arg.name for arg in node.args if isinstance(arg, Ref)]
         for index, (value, size) in enumerate(zip(parts, node.param("sizes"), strict=True)):
-            length = self._argument(f"cat_{node.name}_{index}", "scalar", expr=str(size))
-            shifted = tuple(Shift(domain_dim, start, length) if d == dim else e for d, e in enumerate(index_map))
+            length = self.scalar(f"cat_{node.name}_{index}", size)
+            shifted = tuple(Shift(entry, start, length) if d == dim else e for d, e in enumerate(index_map))
             end = f"{start} + {length}" if start != "0" else length
             pieces.append((end, self.emit(value, shifted, scope)))
             start = f"({end})"
         expr = pieces[-1][1]
         for end, value in reversed(pieces[:-1]):
-            expr = f"tl.where({self.dim_expr(domain_dim)} < {end}, {value}, {expr})"
+            expr = f"tl.where({position} < {end}, {value}, {expr})"
         return expr
 
-    def _pointwise(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+    def _indexed(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+        """The primitives computed from an element's index (primitives.INDEXED)."""
         if node.op == "cat":
             return self._concatenate(node, index_map, scope)
+        if node.op == "full":
+            dtype = compute_dtype(node.type.dtype)
+            return f"tl.full({self.block_shape(index_map)}, {literal(node.param('value'), dtype)}, " \
+                   f"{TRITON_DTYPES[dtype]})"
+        if node.op == "iota":
+            return self._iota(node, index_map)
+        if node.op == "index":
+            return self._gather(node, index_map, scope)
+        if node.op == "pad":
+            return self._pad(node, index_map, scope)
+        if node.op == "roll":
+            return self._roll(node, index_map, scope)
+        raise ValueError(f"{self.name}: no Triton form for the primitive {node.op!r} ({node.name})")
+
+    def _iota(self, node: Node, index_map: IndexMap) -> str:
+        """start + step * (the index along `dim`); integers in int64, floats computed in float64 (as PyTorch's
+        CPU arange does) then rounded to the value's dtype."""
+        dtype = compute_dtype(node.type.dtype)
+        start, step = node.param("start"), node.param("step")
+        entry = index_map[int(node.param("dim"))]
+        position = self.entry_expr(entry) if entry is not None else f"tl.zeros({self.block_shape(index_map)}, tl.int32)"
+        if not isinstance(start, (int, float)):  # a size expression (arange(past, past + n)): an argument
+            start = self.scalar(f"start_{node.name}", start)
+        if dtype.is_floating_point:
+            expr = f"{position}.to(tl.float64)"
+            expr = expr if step == 1 else f"{expr} * {literal(step, torch.float64)}"
+            offset = start if isinstance(start, str) else literal(start, torch.float64)
+            expr = expr if start == 0 else f"({expr} + {offset})"
+            return expr if dtype == torch.float64 else f"{expr}.to({TRITON_DTYPES[dtype]})"
+        expr = f"{position}.to(tl.int64)"
+        expr = expr if step == 1 else f"{expr} * {int(step)}"
+        expr = expr if start == 0 else f"({expr} + {start})"
+        return expr if dtype == torch.int64 else f"{expr}.to({TRITON_DTYPES[dtype]})"
+
+    def _gather(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+        """`table[..., i_0, ..., i_K-1, ...]`: the index tensors are read like pointwise operands, the table at the
+        address they give.
+
+        Out of range: an index outside the table (after wrapping a negative one, where PyTorch wraps) is never
+        read. The kernel asserts it (`tl.device_assert`: raised under Triton's interpreter, which fusionlab runs
+        with assertions on; compiled out on a GPU unless Triton's debug mode is on, as PyTorch's own CUDA kernels
+        assert), and the element it gives is NaN for a floating-point table (0 for an integer one), so a wrong
+        index shows in the result instead of reading another tensor's memory."""
+        table_name = node.args[0].name  # type: ignore[union-attr]
+        assert table_name not in self.members, "fusion keeps an indexed table out of the kernel that indexes it"
+        table = self.graph[table_name]
+        dim, count = int(node.param("dim")), len(node.args) - 1
+        rank = table.type.rank
+        indexed = len(index_map) - (rank - count)  # output dims the index tensors span
+        terms, conditions = [], []
+        for table_dim in range(rank):
+            if dim <= table_dim < dim + count:
+                operand = node.args[1 + table_dim - dim]
+                assert isinstance(operand, Ref)
+                index = self.emit(operand.name, index_map, scope)
+                size = self._argument(f"size_{table_name}_{table_dim}", "extent", table_name, table_dim)
+                position = self.namer.identifier(f"{node.name}_index", f"emitted:{len(self.namer.names)}")
+                wide = index if self.graph[operand.name].type.dtype == torch.int64 else f"{index}.to(tl.int64)"
+                if node.param("wrap"):  # a negative index counts from the end
+                    wide = f"tl.where({index} < 0, {wide} + {size}, {wide})"
+                scope.lines.append(f"{scope.indent}{position} = {wide}")
+                conditions.append(f"({position} >= 0) & ({position} < {size})")
+                term = position
+            else:
+                out_dim = table_dim if table_dim < dim else table_dim - count + indexed
+                entry = index_map[out_dim]
+                if entry is None:
+                    continue
+                term = self.entry_expr(entry)
+            stride = self._argument(f"stride_{table_name}_{table_dim}", "stride", table_name, table_dim)
+            terms.append(f"{term} * {stride}")
+        valid = self.namer.identifier(f"{node.name}_in_range", f"emitted:{len(self.namer.names)}")
+        scope.lines.append(f"{scope.indent}{valid} = {' & '.join(conditions)}")
+        lanes = " & ".join([m for m in [self.lanes(index_map)] if m] + self.guards(index_map))
+        checked = f"{valid} | ~({lanes})" if lanes else valid
+        message = f"{node.name}: an index out of range of {table_name}"
+        scope.lines.append(f'{scope.indent}tl.device_assert({checked}, "{message}")')
+        pointer = self._argument(f"in_{table_name}", "input", table_name)
+        mask = f"({lanes}) & {valid}" if lanes else valid
+        load = self._converted(f"tl.load({pointer} + {' + '.join(terms) or '0'}, mask={mask}, other=0)",
+                               table.type.dtype)
+        if node.type.dtype.is_floating_point:
+            load = f'tl.where({valid}, {load}, float("nan"))'
+        return load
+
+    def _pad(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+        """The operand read shifted by the padding before it; the pad value where the shift leaves it."""
+        source = self.graph[node.inputs[0]]
+        shifted, inside = list(index_map), []
+        for dim, before in enumerate(node.param("before")):
+            size = source.type.shape[dim]
+            if before == 0 and size == node.type.shape[dim]:
+                continue
+            entry = Shift(index_map[dim], self.scalar(f"pad_{node.name}_{dim}", before),
+                          self.scalar(f"size_{node.name}_{dim}", size))
+            shifted[dim] = entry
+            inside.append(self.in_range(entry))
+        value = self.emit(source.name, tuple(shifted), scope)
+        if not inside:
+            return value
+        fill = literal(node.param("value"), node.type.dtype)
+        return f"tl.where({' & '.join(inside)}, {value}, {fill})"
+
+    def _roll(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+        rolled = list(index_map)
+        for shift, dim in zip(node.param("shifts"), node.param("dims")):
+            if rolled[dim] is None:
+                continue  # a size-1 dimension rolls onto itself
+            rolled[dim] = Rolled(rolled[dim], self.scalar(f"shift_{node.name}_{dim}", shift),
+                                 self.scalar(f"size_{node.name}_{dim}", node.type.shape[dim]))
+        return self.emit(node.inputs[0], tuple(rolled), scope)
+
+    def _pointwise(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+        if node.op in INDEXED:
+            return self._indexed(node, index_map, scope)
         operand_dtype = node.type.dtype
         refs = [a for a in node.args if isinstance(a, Ref)]
         if node.op != "where" and refs:  # where's data operands have the node's own dtype

@@ -25,7 +25,7 @@ HEAVY_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", 
                        "pow", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
                        "atan2"})
 # The order of a kernel's parameters by role (then the numels, then the constexprs).
-ARGUMENT_ROLES = ("input", "output", "size", "stride", "scalar")
+ARGUMENT_ROLES = ("input", "output", "size", "stride", "extent", "scalar")
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class KernelPlan:
     heavy: int = 0  # special-function ops and extra stores per element: more warps hide their latency
     accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live at once (block sizes shrink)
     row_block: str = "XBLOCK"  # the rows' block (a matmul's epilogue walks BLOCK_M rows)
+    column_block: str = "RBLOCK"  # the columns' block of a 2-D layout (BLOCK_N in a matmul's epilogue)
 
     @property
     def reduction(self) -> bool:
@@ -129,7 +130,8 @@ def plan_matmul(graph: Graph, group: FusionGroup) -> KernelPlan:
     if len(domain.shape) != 2:
         raise ValueError(f"{group.name}: a matmul kernel walks a 2-D output, not {tuple(domain.shape)}")
     heavy = sum(1 for n in group.nodes if graph[n].op in HEAVY_OPS)
-    return KernelPlan("matmul", domain, Domain(domain.shape, (1,)), True, False, heavy=heavy, row_block="BLOCK_M")
+    return KernelPlan("matmul", domain, Domain(domain.shape, (1,)), True, False, heavy=heavy, row_block="BLOCK_M",
+                      column_block="BLOCK_N")
 
 
 def _wants_tile(graph: Graph, group: FusionGroup, domain: Domain, contiguous: set[str]) -> bool:

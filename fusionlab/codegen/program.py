@@ -143,7 +143,7 @@ class ProgramWriter:
             elif argument.role == "extent":  # a size read off a tensor at run time (a matmul's K)
                 args.append(f"{self.var(argument.value)}.size({argument.dim})")
             elif argument.role == "scalar":
-                args.append(str(int(argument.expr)))
+                args.append(render_dim(argument.amount) if argument.amount is not None else str(int(argument.expr)))
         domain = group.domain
         assert domain is not None
         tiles = source.kind in TILE_KINDS

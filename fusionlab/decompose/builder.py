@@ -54,6 +54,11 @@ def _broadcast_shape(shapes: Sequence[tuple[Dim, ...]]) -> tuple[Dim, ...]:
     return tuple(result)
 
 
+def _check_number(value: Any, what: str) -> None:
+    if isinstance(value, sympy.Basic) or not isinstance(value, (bool, int, float)):
+        raise RuleNotApplicable(f"{what} {value!r} is not a Python number (a symbolic size or a tensor)")
+
+
 def short_name(target: Any) -> str:
     """`aten.addmm` for `torch.ops.aten.addmm.default`'s packet; a function's own name otherwise."""
     name = getattr(target, "__name__", str(target))
@@ -196,11 +201,66 @@ class Builder:
         return self._add("pointwise", "copy", (value,), TensorType((), dtype))
 
     def full(self, value: Scalar, like: Ref, dtype: torch.dtype | None = None) -> Ref:
-        """A constant broadcast to `like`'s shape (a pointwise copy of a scalar)."""
-        # `where(c, value, value)` is `value` for every element, whatever `like` holds (like * 0 would turn an
-        # infinity or a NaN in `like` into NaN).
-        target = dtype or self.type_of(like).dtype
-        return self.pointwise("where", self.pointwise("isnan", like), value, value, dtype=target)
+        """A constant of `like`'s shape (`like`'s values are not read)."""
+        return self.fill(self.type_of(like).shape, value, dtype or self.type_of(like).dtype)
+
+    # -- values computed from an element's index (primitives.INDEXED) --------------------------------
+    def fill(self, shape: Sequence[Dim], value: Scalar, dtype: torch.dtype) -> Ref:
+        """A constant tensor: `full(value=...)`, computed where it is used (no operand, nothing loaded)."""
+        _check_number(value, "a fill value")
+        if dtype not in KERNEL_DTYPES:
+            raise RuleNotApplicable(f"kernels do not compute on {dtype} values")
+        if not dtype.is_floating_point and isinstance(value, float) and value == value \
+                and value not in (float("inf"), float("-inf")):
+            value = bool(value) if dtype == torch.bool else int(value)  # as torch.full(..., 2.7, dtype=int64): 2
+        return self._add("pointwise", "full", (), TensorType(tuple(shape), dtype), {"value": value})
+
+    def iota(self, shape: Sequence[Dim], dim: int, dtype: torch.dtype, start: Any = 0, step: Any = 1) -> Ref:
+        """`start + step * i`, i the element's index along `dim`: `arange` in a kernel (nothing loaded).
+
+            >>> b.iota((4,), 0, torch.int64)   # arange(4)
+        """
+        _check_number(step, "an iota step")
+        if isinstance(start, sympy.Expr) and start.is_number:
+            start = int(start)
+        if not isinstance(start, (int, float, sympy.Expr)) or isinstance(start, bool):
+            raise RuleNotApplicable(f"iota start {start!r} is not a number")
+        if dtype not in KERNEL_DTYPES or dtype == torch.bool:
+            raise RuleNotApplicable(f"an index-valued tensor of {dtype}")
+        return self._add("pointwise", "iota", (), TensorType(tuple(shape), dtype),
+                         {"dim": dim % max(len(shape), 1), "start": start, "step": step})
+
+    def index(self, table: Ref, indices: Sequence[Ref], dim: int, shape: Sequence[Dim], wrap: bool) -> Ref:
+        """`table[:, ..., i_0, ..., i_K-1, ...]` with the K index tensors on dims dim..dim+K-1 (adjacent), giving
+        `shape` = table.shape[:dim] + the indices' broadcast shape + table.shape[dim+K:]. Each index tensor is
+        broadcast to `shape` here (a pointwise read); the table is read at computed positions, whole from memory.
+        `wrap`: a negative index counts from the end (aten.index); else it is out of range (embedding, gather)."""
+        table_type = self.type_of(table)
+        if table_type.dtype not in KERNEL_DTYPES:
+            raise RuleNotApplicable(f"kernels do not compute on {table_type.dtype} values")
+        operands: list[Arg] = [table]
+        for index in indices:
+            index_type = self.type_of(index)
+            if index_type.dtype not in (torch.int64, torch.int32):
+                raise RuleNotApplicable(f"an index tensor of {index_type.dtype} (int64 or int32 indices are read in "
+                                        "a kernel; a bool mask gives a data-dependent shape)")
+            operands.append(self.broadcast(index, tuple(shape)))
+        return self._add("pointwise", "index", tuple(operands), TensorType(tuple(shape), table_type.dtype),
+                         {"dim": dim, "wrap": wrap})
+
+    def pad(self, value: Ref, before: Sequence[int], after: Sequence[int], fill: Scalar) -> Ref:
+        """`value` with `before[d]` elements of `fill` ahead of it along each dim d and `after[d]` behind it
+        (negative amounts crop): a masked read."""
+        _check_number(fill, "a pad value")
+        current = self.type_of(value)
+        shape = tuple(size + low + high for size, low, high in zip(current.shape, before, after))
+        return self._add("pointwise", "pad", (value,), TensorType(shape, current.dtype),
+                         {"before": tuple(before), "value": fill})
+
+    def roll(self, value: Ref, shifts: Sequence[int], dims: Sequence[int]) -> Ref:
+        """`torch.roll`: element i along each dim d comes from (i - shifts[d]) mod size."""
+        current = self.type_of(value)
+        return self._add("pointwise", "roll", (value,), current, {"shifts": tuple(shifts), "dims": tuple(dims)})
 
     # -- views -------------------------------------------------------------------------------------
     def reshape(self, value: Ref, shape: Sequence[Dim]) -> Ref:

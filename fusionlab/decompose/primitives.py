@@ -126,3 +126,15 @@ VIEWS: tuple[str, ...] = ("reshape", "expand", "permute", "slice", "select")
 
 # Views that only re-index a value inside a kernel (no element reordering): they can fuse.
 INDEX_VIEWS: tuple[str, ...] = ("reshape", "expand")
+
+# Pointwise-kind primitives outside the table above: each computes an element from its *index* rather than only from
+# its operands' elements at the same index, so the kernel writer and the reference interpreter give each its own
+# branch. They fuse as pointwise ops do.
+#   full   a constant: `full(value=0.0)`, no operand
+#   iota   start + step * (the element's index along `dim`): `iota(dim=0, start=0, step=1)`, no operand
+#   index  table[i_0, ..., i_K-1] read at computed positions along dims dim..dim+K-1: `index(w, ids, dim=0)`; the
+#          index operands are broadcast to the output's shape, the table is read whole from memory
+#   pad    the operand shifted by `before` per dim, `value` outside it (negative padding crops): a masked load
+#   roll   the operand read at (i - shift) mod n along each rolled dim
+#   cat    the operands one after the other along `dim`
+INDEXED: tuple[str, ...] = ("full", "iota", "index", "pad", "roll", "cat")

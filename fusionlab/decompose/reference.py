@@ -20,6 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.decompose.builder import compute_dtype
+from fusionlab.decompose.primitives import INDEXED
 from fusionlab.ir import Dim, Graph, Node, Ref
 
 Operation = Callable[..., torch.Tensor]
@@ -122,8 +123,8 @@ class Interpreter:
         device = refs[0].device if refs else self.device()
         if node.op == "cast":
             return self.values[node.args[0].name].to(node.param("dtype"))  # type: ignore[union-attr]
-        if node.op == "cat":
-            return torch.cat(refs, dim=node.param("dim")).to(node.type.dtype)
+        if node.op in INDEXED:
+            return self.indexed(node, refs, device)
         data = node.args[1:] if node.op == "where" else node.args
         data_refs = [self.values[a.name] for a in data if isinstance(a, Ref)]
         dtype = data_refs[0].dtype if data_refs else node.type.dtype
@@ -132,6 +133,44 @@ class Interpreter:
             operands.insert(0, self.operand(node.args[0], torch.bool, device))
         result = POINTWISE_OPS[node.op](*operands)
         return result.expand(self.shape(node.type.shape)).to(node.type.dtype)
+
+    def indexed(self, node: Node, refs: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+        """The primitives computed from an element's index (primitives.INDEXED), as torch calls."""
+        shape = self.shape(node.type.shape)
+        if node.op == "cat":
+            return torch.cat(refs, dim=node.param("dim")).to(node.type.dtype)
+        if node.op == "full":
+            return torch.full(shape, node.param("value"), dtype=node.type.dtype, device=device)
+        if node.op == "iota":
+            dim, start, step = int(node.param("dim")), node.param("start"), node.param("step")
+            start = self.size(start) if isinstance(start, sympy.Expr) else start
+            wide = torch.float64 if node.type.dtype.is_floating_point else torch.int64
+            line = start + step * torch.arange(shape[dim] if shape else 1, dtype=wide, device=device)
+            placed = [1] * len(shape)
+            if shape:
+                placed[dim] = shape[dim]
+            return line.reshape(placed).expand(shape).to(node.type.dtype)
+        if node.op == "index":
+            table, *indices = refs
+            dim, count = int(node.param("dim")), len(indices)
+            indexed = len(shape) - (table.dim() - count)
+            # The index operands are broadcast to the output's shape: their own part is dims dim..dim+indexed.
+            own = tuple(slice(None) if dim <= d < dim + indexed else 0 for d in range(len(shape)))
+            compact = [index[own] for index in indices]
+            if not node.param("wrap"):
+                for index, size in zip(compact, table.shape[dim:dim + count]):
+                    if bool(((index < 0) | (index >= size)).any()):
+                        raise IndexError(f"{node.name}: an index out of range [0, {size}) (negative indices do not "
+                                         "count from the end here, as in embedding and gather)")
+            return table[(slice(None),) * dim + tuple(compact)].to(node.type.dtype)
+        if node.op == "pad":
+            source, before = refs[0], node.param("before")
+            after = [out - size - low for out, size, low in zip(shape, source.shape, before)]
+            amounts = [amount for low, high in zip(reversed(before), reversed(after)) for amount in (low, high)]
+            return torch.constant_pad_nd(source, amounts, node.param("value")).to(node.type.dtype)
+        if node.op == "roll":
+            return torch.roll(refs[0], list(node.param("shifts")), list(node.param("dims")))
+        raise ValueError(f"the reference interpreter has no meaning for {node.op!r} ({node.name})")
 
     def reduction(self, node: Node) -> torch.Tensor:
         value = self.values[node.args[0].name]  # type: ignore[union-attr]

@@ -109,7 +109,7 @@ class _Slice:
     """A concatenation input's entry: the domain index shifted into one slice (never a reduction's own row)."""
 
     dim: Any
-    part: int
+    part: int | str  # the input's position in a concatenation, or the op that moves the index (pad, roll)
 
 
 def reads_own_row(reduction: Node, index_map: IndexMap, domain: Domain) -> bool:
@@ -156,14 +156,51 @@ def misread_reduction(graph: Graph, names: Sequence[str], outputs: Sequence[str]
             for part, ref in enumerate(refs):
                 shifted = tuple(_Slice(e, part) if d == dim else e for d, e in enumerate(index_map))
                 work.append((ref, shifted, value))
+        elif node.op in ("pad", "roll"):
+            moved = _moved_dims(node)
+            shifted = tuple(_Slice(e, node.op) if d in moved else e for d, e in enumerate(index_map))
+            work.append((node.inputs[0], shifted, value))
+        elif node.op == "index":  # the table is read at computed positions (outside the kernel: `analyse`)
+            work.extend((a.name, index_map, value) for a in node.args[1:] if isinstance(a, Ref))
         else:
             work.extend((a.name, index_map, value) for a in node.args if isinstance(a, Ref))
+    return None
+
+
+def _moved_dims(node: Node) -> set[int]:
+    """The dimensions a pad or roll reads its operand at another index along."""
+    if node.op == "roll":
+        return {int(d) for d in node.param("dims")}
+    return {d for d, before in enumerate(node.param("before")) if before != 0}
+
+
+def indexed_table(node: Node) -> str | None:
+    """The table an indirect load (`index`: embedding, gather, x[idx]) reads at computed positions, or None."""
+    if node.kind == "pointwise" and node.op == "index":
+        table = node.args[0]
+        return table.name if isinstance(table, Ref) else None
+    return None
+
+
+def table_blocker(nodes: Sequence[Node], names: set[str]) -> str | None:
+    """Why a kernel over `names` cannot hold the table it indexes (None if none does). The table is read at
+    positions only the index tensor knows, anywhere in it: the whole tensor must be in memory before the kernel
+    starts, so it is never computed by the kernel that indexes it (the index tensor itself is read like a
+    pointwise operand and fuses)."""
+    for node in nodes:
+        table = indexed_table(node)
+        if table is not None and table in names:
+            return (f"{node.name} reads {table} at computed positions (an indirect load, as embedding and gather "
+                    f"do): {table} must be whole in memory first, so it is written by another kernel")
     return None
 
 
 def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domain | str:
     """The domain of the kernel made of `names` that stores `outputs`, or the reason it cannot exist."""
     nodes = [graph[n] for n in names]
+    blocker = table_blocker(nodes, set(names))
+    if blocker:
+        return blocker
     for node in nodes:
         if node.kind == "extern":
             return f"{node.name} is an extern op ({node.op}): it runs as an eager PyTorch call between kernels"

@@ -9,6 +9,7 @@ equivalents (Triton's interpreter has none). CPU and CUDA kernels can so coexist
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import linecache
 import os
 import types
@@ -97,11 +98,29 @@ def interpreted_standard_library() -> Iterator[None]:
     for module, name, _, interpreted in swaps:
         setattr(module, name, interpreted)
     try:
-        with _language_patches_undone(), _bfloat16_dot():
+        with _language_patches_undone(), _bfloat16_dot(), _assertions_on():
             yield
     finally:
         for module, name, original, _ in swaps:
             setattr(module, name, original)
+
+
+@contextlib.contextmanager
+def _assertions_on() -> Iterator[None]:
+    """`tl.device_assert` raises under the interpreter (an index out of range, codegen/kernel.py `_gather`), as
+    eager raises an IndexError. Triton's interpreter drops assertions unless its options say `debug` (3.6 to 3.9);
+    its integer-overflow checks, which `debug` would also switch on, stay off: integer ops wrap, as in PyTorch."""
+    builder = getattr(triton_interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if options is None or not dataclasses.is_dataclass(options) or not hasattr(options, "debug"):
+        yield  # pragma: no cover - a Triton without this internal: assertions stay off
+        return
+    changes = {"debug": True} | ({"sanitize_overflow": False} if hasattr(options, "sanitize_overflow") else {})
+    builder.options = dataclasses.replace(options, **changes)  # type: ignore[union-attr, type-var]
+    try:
+        yield
+    finally:
+        builder.options = options  # type: ignore[union-attr]
 
 
 @contextlib.contextmanager

@@ -81,13 +81,19 @@ def _unbind(b: Builder, x: Ref, dim: int = 0) -> tuple[Ref, ...]:
 
 
 def _cat(b: Builder, tensors: Sequence[Any], dim: int = 0) -> Ref:
-    """Concatenation in a kernel: each output element reads the input whose slice holds it."""
+    """Concatenation in a kernel: each output element reads the input whose slice holds it. Empty inputs (HF's
+    DynamicCache starts from a (B, H, 0, D) cache, and legacy (0,)-shaped tensors) add no element: they are dropped,
+    and still count in the result's dtype (aten's output type, which every input is cast to)."""
     expected = b.expected
-    refs = [t for t in tensors if isinstance(t, Ref) and b.type_of(t).numel != 0]
-    if len(refs) != len(tensors) or not refs:
-        raise RuleNotApplicable("cat of empty or non-tensor inputs")
+    if not all(isinstance(t, Ref) for t in tensors):
+        raise RuleNotApplicable("cat of non-tensor inputs")
+    refs = [t for t in tensors if b.type_of(t).numel != 0]
+    if not refs:  # every input is empty: so is the result
+        return b.fill(expected.shape, 0, expected.dtype)
     rank = expected.rank
     dim = dim % rank
+    if len(refs) == 1:
+        return b.pointwise("copy", b.cast(refs[0], expected.dtype))
     sizes = []
     for ref in refs:
         size = b.type_of(ref).shape[dim]
