@@ -146,9 +146,9 @@ class Node:
         return tuple(seen)
 
     def text(self) -> str:
-        args = ", ".join(_arg_text(a) for a in self.args)
-        params = "".join(f", {k}={_param_text(v)}" for k, v in self.params if k != "extra_refs")
-        return f"{self.name}: {self.type.text()} = {self.op}({args}{params})"
+        items = [_arg_text(a) for a in self.args]
+        items += [f"{k}={_param_text(v)}" for k, v in self.params if k != "extra_refs"]
+        return f"{self.name}: {self.type.text()} = {self.op}({', '.join(items)})"
 
 
 def _arg_text(arg: Arg) -> str:

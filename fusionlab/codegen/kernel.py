@@ -164,6 +164,13 @@ class KernelWriter(IndexWriter):
             return self._pad(node, index_map, scope)
         if node.op == "roll":
             return self._roll(node, index_map, scope)
+        if node.op == "checked":
+            index = self.emit(node.inputs[0], index_map, scope)
+            size = self.scalar(f"size_{node.name}", node.param("size"))
+            lanes = " & ".join([m for m in [self.lanes(index_map)] if m] + self.guards(index_map))
+            valid = f"({index} >= 0) & ({index} < {size})" + (f" | ~({lanes})" if lanes else "")
+            scope.lines.append(f'{scope.indent}tl.device_assert({valid}, "{node.name}: an index out of range")')
+            return index
         raise ValueError(f"{self.name}: no Triton form for the primitive {node.op!r} ({node.name})")
 
     def _iota(self, node: Node, index_map: IndexMap) -> str:

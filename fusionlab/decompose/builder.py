@@ -248,6 +248,10 @@ class Builder:
         return self._add("pointwise", "index", tuple(operands), TensorType(tuple(shape), table_type.dtype),
                          {"dim": dim, "wrap": wrap})
 
+    def checked(self, index: Ref, size: Dim) -> Ref:
+        """`index`, asserted to lie in [0, size) where it is used (an out-of-range index raises in eager)."""
+        return self._add("pointwise", "checked", (index,), self.type_of(index), {"size": size})
+
     def pad(self, value: Ref, before: Sequence[int], after: Sequence[int], fill: Scalar) -> Ref:
         """`value` with `before[d]` elements of `fill` ahead of it along each dim d and `after[d]` behind it
         (negative amounts crop): a masked read."""

@@ -137,4 +137,5 @@ INDEX_VIEWS: tuple[str, ...] = ("reshape", "expand")
 #   pad    the operand shifted by `before` per dim, `value` outside it (negative padding crops): a masked load
 #   roll   the operand read at (i - shift) mod n along each rolled dim
 #   cat    the operands one after the other along `dim`
-INDEXED: tuple[str, ...] = ("full", "iota", "index", "pad", "roll", "cat")
+#   checked  its index operand, asserted to lie in [0, size): `checked(t, size=5)` (a one-hot scatter's index)
+INDEXED: tuple[str, ...] = ("full", "iota", "index", "pad", "roll", "cat", "checked")

@@ -168,6 +168,11 @@ class Interpreter:
             after = [out - size - low for out, size, low in zip(shape, source.shape, before)]
             amounts = [amount for low, high in zip(reversed(before), reversed(after)) for amount in (low, high)]
             return torch.constant_pad_nd(source, amounts, node.param("value")).to(node.type.dtype)
+        if node.op == "checked":
+            size = self.size(node.param("size"))
+            if bool(((refs[0] < 0) | (refs[0] >= size)).any()):
+                raise IndexError(f"{node.name}: an index out of range [0, {size})")
+            return refs[0].clone()
         if node.op == "roll":
             return torch.roll(refs[0], list(node.param("shifts")), list(node.param("dims")))
         raise ValueError(f"the reference interpreter has no meaning for {node.op!r} ({node.name})")

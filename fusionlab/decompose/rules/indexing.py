@@ -97,13 +97,9 @@ def _scatter(b: Builder, x: Ref, dim: int, index: Ref, src: Any, reduce: str | N
         raise RuleNotApplicable("a scatter source of another shape than its index")
     if not isinstance(src, (Ref, bool, int, float)):
         raise RuleNotApplicable(f"scatter source {src!r}")
-    # An index outside [0, size) raises in eager; here the kernel would keep x unchanged, so it is checked by an
-    # indirect read of x at that index (the read's own bounds check), whose value is then not used.
-    checked = b.index(x, [b.iota(index_shape, d, torch.int64) if d != dim else index for d in range(rank)], 0,
-                      index_shape, wrap=False)
-    hit = b.pointwise("eq", b.iota(shape, dim, torch.int64), index)
+    # An index outside [0, size) raises in eager; the comparison alone would keep x unchanged without a word.
+    hit = b.pointwise("eq", b.iota(shape, dim, torch.int64), b.checked(index, shape[dim]))
     value = src if isinstance(src, Ref) else b.fill(index_shape, src, b.type_of(x).dtype)
-    value = b.pointwise("where", b.pointwise("eq", checked, checked), value, value, dtype=b.type_of(x).dtype)
     return b.pointwise("where", hit, value, x, dtype=b.type_of(x).dtype)
 
 

@@ -1,0 +1,243 @@
+"""Index-valued and constant tensors, indirect loads, one-hot scatter, padding, rolling and concatenation: each a
+primitive that fuses into its consumer's kernel (not an extern op), checked against eager on fresh inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusionlab as fl
+
+
+def _explore(fn: Callable[..., Any], *inputs: torch.Tensor, **options: Any) -> Any:
+    ex = fl.explore(fn, *inputs, **options)
+    externs = [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"]
+    assert not externs, f"extern ops: {externs}"
+    return ex
+
+
+def _kernels(ex: Any) -> int:
+    return sum(1 for group in ex.fused.groups if group.is_kernel)
+
+
+def _same(ex: Any, fn: Callable[..., Any], *inputs: torch.Tensor, exact: bool = True) -> None:
+    got = ex(*inputs)
+    want = fn(*inputs)
+    got = got[0] if isinstance(got, tuple) and not isinstance(want, tuple) else got
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if exact:
+        assert torch.equal(got, want), (got, want)
+    else:
+        torch.testing.assert_close(got, want)
+
+
+# -- constants and ranges ------------------------------------------------------------------------------------------
+def test_position_ids_fuse_into_their_consumer() -> None:
+    fn = lambda ids, w: w[ids] * 2 + torch.arange(ids.shape[-1])[:, None]  # noqa: E731
+    ids, w = torch.randint(0, 10, (3, 5)), torch.randn(10, 4)
+    ex = _explore(fn, ids, w)
+    assert ex.verify().ok and _kernels(ex) == 1
+    _same(ex, fn, torch.randint(0, 10, (3, 5)), torch.randn(10, 4))
+
+
+def test_hf_position_plumbing_makes_no_kernel_of_its_own() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        b, t = x.shape[0], x.shape[1]
+        positions = (torch.arange(t) + 0).unsqueeze(0).expand(b, t)
+        return x + positions.unsqueeze(-1)
+    x = torch.randn(2, 6, 3)
+    ex = _explore(fn, x)
+    assert _kernels(ex) == 1 and ex.verify().ok
+    _same(ex, fn, torch.randn(2, 6, 3))
+
+
+def test_an_arange_that_is_an_output_is_written_by_a_kernel() -> None:
+    fn = lambda x: (torch.arange(2, 2 + x.shape[0], 3), torch.arange(0.5, x.shape[0], 0.25))  # noqa: E731
+    ex = _explore(fn, torch.randn(7))
+    assert ex.verify().ok and _kernels(ex) == 2
+    for got, want in zip(ex(torch.randn(7)), fn(torch.randn(7))):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    assert "iota" in ex.decomposed.as_text()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])
+def test_constants(dtype: torch.dtype) -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (torch.full((3, 4), 2.5, dtype=dtype), torch.zeros_like(x) + x, torch.ones_like(x) * x,
+                x.new_ones(x.shape) + x, x.new_zeros((4,)), x.new_full((2, 4), 7), torch.ones(4, dtype=dtype) + x,
+                torch.zeros(3, 4, dtype=dtype), torch.full_like(x, 3) - x)
+    x = (torch.randn(3, 4) * 10).to(dtype)
+    ex = _explore(fn, x)
+    assert ex.verify().ok
+    fresh = (torch.randn(3, 4) * 10).to(dtype)
+    for got, want in zip(ex(fresh), fn(fresh)):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_arange_with_a_dynamic_size() -> None:
+    fn = lambda x: x * torch.arange(x.shape[0])[:, None]  # noqa: E731
+    ex = _explore(fn, torch.randn(5, 3), dynamic=True)
+    assert ex.verify().ok and _kernels(ex) == 1
+    _same(ex, fn, torch.randn(9, 3))
+    assert " 5" not in ex.generated.kernels[0].source.split("\n", 1)[1]
+
+
+# -- indirect loads ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_embedding(dtype: torch.dtype) -> None:
+    fn = lambda ids, w: F.embedding(ids, w) * 2  # noqa: E731
+    ids, w = torch.randint(0, 8, (2, 8)), torch.randn(8, 8).to(dtype)
+    ex = _explore(fn, ids, w)
+    assert ex.verify().ok and _kernels(ex) == 1
+    _same(ex, fn, torch.randint(0, 8, (2, 8)), torch.randn(8, 8).to(dtype))
+
+
+def test_embedding_with_int32_ids_and_equal_sizes() -> None:
+    fn = lambda ids, w: F.embedding(ids, w)  # noqa: E731
+    ids, w = torch.randint(0, 4, (4, 4), dtype=torch.int32), torch.randn(4, 4)
+    ex = _explore(fn, ids, w)
+    assert ex.verify().ok
+    _same(ex, fn, torch.randint(0, 4, (4, 4), dtype=torch.int32), torch.randn(4, 4))
+
+
+def test_index_wraps_negative_indices() -> None:
+    fn = lambda x, i: x[i] + 1  # noqa: E731
+    x, i = torch.randn(6, 3), torch.tensor([0, -1, 5, -6])
+    ex = _explore(fn, x, i)
+    assert ex.verify().ok and _kernels(ex) == 1
+    _same(ex, fn, torch.randn(6, 3), torch.tensor([-2, -1, 3, 2]))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, i, j: x[:, i],
+    lambda x, i, j: x[:, :, i],
+    lambda x, i, j: x[i, j],
+    lambda x, i, j: x[:, i[:, None], j],
+], ids=["dim1", "dim2", "two", "broadcast"])
+def test_index_forms(fn: Callable[..., torch.Tensor]) -> None:
+    def inputs() -> tuple[torch.Tensor, ...]:
+        return torch.randn(5, 5, 5), torch.randint(-5, 5, (3,)), torch.randint(-5, 5, (3,))
+    ex = _explore(fn, *inputs())
+    assert ex.verify().ok and _kernels(ex) == 1
+    _same(ex, fn, *inputs())
+
+
+def test_index_on_dims_apart_is_refused_with_a_reason() -> None:
+    ex = fl.explore(lambda x, i: x[i, :, i], torch.randn(4, 4, 4), torch.tensor([0, 1]))
+    assert [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"] == ["aten.index.Tensor"]
+    assert any("not adjacent" in reason for _, reason in ex.decomposed.result.fallbacks)
+    assert ex.verify().ok
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_gather(dim: int) -> None:
+    fn = lambda x, i: torch.gather(x, dim, i) * 3  # noqa: E731
+    x, i = torch.randn(4, 4), torch.randint(0, 4, (4, 2) if dim else (2, 4))
+    ex = _explore(fn, x, i)
+    assert ex.verify().ok and _kernels(ex) == 1
+    _same(ex, fn, torch.randn(4, 4), torch.randint(0, 4, i.shape))
+
+
+def test_an_out_of_range_index_raises() -> None:
+    fn = lambda ids, w: F.embedding(ids, w)  # noqa: E731
+    ex = _explore(fn, torch.randint(0, 5, (4,)), torch.randn(5, 2))
+    for bad in (torch.tensor([0, 1, 5, 2]), torch.tensor([0, -1, 2, 3])):  # embedding does not wrap negatives
+        with pytest.raises(Exception, match="out of range"):
+            ex(bad, torch.randn(5, 2))
+    gathered = _explore(lambda x, i: torch.gather(x, 1, i), torch.randn(3, 4), torch.randint(0, 4, (3, 1)))
+    with pytest.raises(Exception, match="out of range"):
+        gathered(torch.randn(3, 4), torch.tensor([[0], [4], [1]]))
+
+
+def test_the_table_is_kept_out_of_the_indexing_kernel() -> None:
+    fn = lambda w, ids: (w * 2)[ids].sum(-1)  # noqa: E731
+    ex = _explore(fn, torch.randn(6, 4), torch.randint(0, 6, (5,)))
+    assert _kernels(ex) == 2 and ex.verify().ok
+    assert any("computed positions" in d.reason for d in ex.fused.decisions if not d.fused)
+    _same(ex, fn, torch.randn(6, 4), torch.randint(0, 6, (5,)), exact=False)
+
+
+def test_embedding_with_dynamic_sizes() -> None:
+    fn = lambda ids, w: F.embedding(ids, w) + torch.arange(ids.shape[1])[:, None]  # noqa: E731
+    ex = _explore(fn, torch.randint(0, 7, (2, 5)), torch.randn(7, 3), dynamic=True)
+    assert ex.verify().ok
+    _same(ex, fn, torch.randint(0, 7, (4, 5)), torch.randn(7, 3))
+
+
+# -- scatter, pad, roll --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_hot_scatter(dtype: torch.dtype) -> None:
+    fn = lambda x, t: torch.zeros_like(x).scatter(1, t[:, None], -1.0) + x  # noqa: E731
+    x, t = torch.randn(5, 5).to(dtype), torch.randint(0, 5, (5,))
+    ex = _explore(fn, x, t)
+    assert ex.verify().ok and _kernels(ex) == 1
+    _same(ex, fn, torch.randn(5, 5).to(dtype), torch.randint(0, 5, (5,)))
+    src = lambda x, t, s: x.scatter(0, t[None, :], s[None, :])  # noqa: E731
+    ex = _explore(src, x, t, torch.randn(5).to(dtype))
+    _same(ex, src, torch.randn(5, 5).to(dtype), torch.randint(0, 5, (5,)), torch.randn(5).to(dtype))
+    with pytest.raises(Exception, match="out of range"):
+        ex(x, torch.tensor([0, 1, 5, 2, 3]), torch.randn(5).to(dtype))
+
+
+def test_other_scatters_are_externs_with_a_reason() -> None:
+    ex = fl.explore(lambda x, i: x.scatter(1, i, 1.0), torch.randn(3, 4), torch.randint(0, 4, (3, 2)))
+    assert any("one-hot" in reason for _, reason in ex.decomposed.result.fallbacks)
+    assert ex.verify().ok
+
+
+@pytest.mark.parametrize("pad", [(1, 2), (2, 0, 1, 1), (-1, 2), (0, 0, -1, -1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_constant_pad(pad: tuple[int, ...], dtype: torch.dtype) -> None:
+    fn = lambda x: F.pad(x * 2, pad, value=3) + 1  # noqa: E731
+    x = (torch.randn(4, 5) * 10).to(dtype)
+    ex = _explore(fn, x)
+    assert ex.verify().ok and _kernels(ex) == 1
+    _same(ex, fn, (torch.randn(4, 5) * 10).to(dtype))
+
+
+def test_pad_feeding_a_reduction() -> None:
+    fn = lambda x: F.pad(x, (1, 1), value=-2.0).softmax(-1)  # noqa: E731
+    ex = _explore(fn, torch.randn(4, 6))
+    assert ex.verify().ok and _kernels(ex) == 1
+
+
+@pytest.mark.parametrize("shifts, dims", [(1, 0), (-2, 1), ((1, 3), (0, 1)), (7, -1)])
+def test_roll(shifts: Any, dims: Any) -> None:
+    fn = lambda x: torch.roll(x + 1, shifts, dims) * 2  # noqa: E731
+    ex = _explore(fn, torch.randn(5, 5))
+    assert ex.verify().ok and _kernels(ex) == 1
+    _same(ex, fn, torch.randn(5, 5))
+
+
+def test_roll_with_a_dynamic_size() -> None:
+    fn = lambda x: torch.roll(x, 2, 0)  # noqa: E731
+    ex = _explore(fn, torch.randn(5, 3), dynamic=True)
+    _same(ex, fn, torch.randn(8, 3))
+
+
+# -- cat -----------------------------------------------------------------------------------------------------------
+def test_cat_drops_empty_inputs() -> None:
+    fn = lambda cache, k: torch.cat([cache, k], dim=-2)  # noqa: E731
+    ex = _explore(fn, torch.empty(2, 3, 0, 4), torch.randn(2, 3, 5, 4))
+    assert ex.verify().ok and _kernels(ex) == 1
+    mixed = _explore(fn, torch.empty(2, 3, 0, 4, dtype=torch.float64), torch.randn(2, 3, 5, 4))
+    assert mixed(torch.empty(2, 3, 0, 4, dtype=torch.float64), torch.randn(2, 3, 5, 4))[0].dtype == torch.float64
+    legacy = _explore(lambda a, b: torch.cat([torch.empty(0), a, b]), torch.randn(3), torch.randn(2))
+    assert legacy.verify().ok
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: torch.cat([a, a], 1),
+    lambda a, b: torch.cat([a, b.t()], 0).sum(-1),
+    lambda a, b: torch.cat([a, b.expand(4, 4)], 1) * 2,
+    lambda a, b: torch.cat([a.t(), b, a], 0).amax(0),
+], ids=["itself", "permuted_reduced", "broadcast", "three_reduced"])
+def test_cat_in_every_position(fn: Callable[..., torch.Tensor]) -> None:
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    ex = _explore(fn, a, b if "expand" not in str(fn) else b)
+    assert ex.verify().ok
+    _same(ex, fn, torch.randn(4, 4), torch.randn(4, 4), exact=False)
