@@ -160,6 +160,29 @@ def test_explore_decomposes(fn: Callable[..., Any], make: Callable[..., Any], op
         _assert_close(got, want)
 
 
+def test_attention_math_path_safe_softmax() -> None:
+    """scaled_dot_product_attention's math path calls _safe_softmax (torch >= 2.5): a fully masked query row attends
+    to nothing (zeros), not NaN, in fusionlab's kernels as in eager."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    mask = torch.ones(8, 8, dtype=torch.bool).tril()
+    mask[2] = False
+
+    def attend(q: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+    q = torch.randn(2, 4, 8, 16)
+    with sdpa_kernel(SDPBackend.MATH):
+        ex = fl.explore(attend, q)
+        ex.captured  # noqa: B018 - captured now, inside the backend choice
+        expected = attend(q)
+    assert "_safe_softmax" not in _extern_ops([ex]), ex.decomposed.fallbacks
+    assert "aten._safe_softmax" in {decomposed_from(n) for n in ex.captured.graph_module.graph.nodes}
+    actual = ex(q)
+    assert not actual.isnan().any() and not actual[:, :, 2].any()
+    _assert_close(actual, expected)
+
+
 def test_decomposed_nodes_name_their_op() -> None:
     """The Captured stage says what happened: each node a decomposition wrote names the op it replaces."""
     g, x = torch.randn(4, 16), torch.randn(4, 16)
