@@ -365,6 +365,16 @@ def index(b: Builder) -> str | None:
         f"{name} = torch.gather({a}, 0, {idx}.reshape(-1, *[1] * ({a}.dim() - 1)).expand(-1, *{a}.shape[1:]))",
         f"{name} = {a}.clone().index_add_(0, {idx}, {a}[{idx}])",
         f"{name} = {a}.clone().index_put_(({idx},), {a}[{idx}] * 2, accumulate=True)",
+        f"{name} = F.embedding({idx}.remainder({a}.shape[0]), {a}.reshape({a}.shape[0], -1)) * 2",
+        f"{name} = {a}[-{idx}.remainder({a}.shape[0]) - 1] + torch.arange({idx}.shape[0]).reshape(-1, "
+        f"*[1] * ({a}.dim() - 1))",
+        f"{name} = F.pad({a} * 2, (1, 2), value=-1.5) if {a}.dim() else {a}",
+        f"{name} = F.pad({a}, (-1, 1)) + 1 if {a}.dim() and {a}.shape[-1] > 1 else {a}",
+        f"{name} = torch.roll({a} + 1, 2, 0) * {a}",
+        f"{name} = torch.cat([{a}[:0], {a}, {a}], 0).sum(0)",
+        f"{name} = torch.zeros_like({a}).scatter(0, {idx}.remainder({a}.shape[0])[:1].reshape("
+        f"1, *[1] * ({a}.dim() - 1)).expand(1, *{a}.shape[1:]), 1.0) + {a}",
+        f"{name} = torch.full_like({a}, 2) * {a}.new_ones({a}.shape) + torch.ones_like({a})",
     ])
 
 
