@@ -14,6 +14,11 @@ decomposition makes keeps its origin in `node.meta["original_aten"]` (as torch.e
 
 Some decompositions write ops that have no rule yet (gather, scatter, full, arange, new_zeros): those run as extern
 ops between the kernels the rest of the decomposition fuses into, and say so.
+
+The table is `torch._decomp`'s, not `torch._inductor.decomposition`'s: importing Inductor's pulls in its config and
+Dynamo, and its one override among these ops (`_softmax_backward_data`) writes Inductor's own `inductor_prims.fma`.
+Dropout and other random ops are never decomposed: they run in eager PyTorch in program order, so from one seed they
+draw what eager draws.
 """
 
 from __future__ import annotations
