@@ -229,7 +229,7 @@ class Fused(_Stage):
         return self.result.decisions
 
     @property
-    def partitions(self) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    def partitions(self) -> Sequence[tuple[tuple[str, ...], ...]]:
         """The partition of the nodes after each decision (index 0: before any)."""
         return self.result.partitions
 

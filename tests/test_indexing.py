@@ -241,3 +241,60 @@ def test_cat_in_every_position(fn: Callable[..., torch.Tensor]) -> None:
     ex = _explore(fn, a, b if "expand" not in str(fn) else b)
     assert ex.verify().ok
     _same(ex, fn, torch.randn(4, 4), torch.randn(4, 4), exact=False)
+
+
+def _write_slice(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = x.clone()
+    z[:, 2:5] = y
+    return z * 2
+
+
+def _write_negative_slice(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = x.clone()
+    z[1:, -3:] = y.sin()
+    return z
+
+
+@pytest.mark.parametrize("fn, shapes", [(_write_slice, ((6, 8), (6, 3))), (_write_negative_slice, ((6, 6), (5, 3)))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_slice_scatter_is_a_where_in_a_kernel(fn: Callable[..., torch.Tensor], shapes: Any,
+                                              dtype: torch.dtype) -> None:
+    inputs = [torch.randn(shape).to(dtype) for shape in shapes]
+    ex = fl.explore(fn, *inputs)
+    assert "aten.slice_scatter.default" not in {n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"}
+    torch.testing.assert_close(ex(*inputs), fn(*inputs))
+    assert ex.verify().ok
+
+
+def test_slice_scatter_with_a_step_stays_extern_with_its_reason() -> None:
+    def strided(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = x.clone()
+        z[:, ::2] = y
+        return z
+
+    x, y = torch.randn(6, 8), torch.randn(6, 4)
+    ex = fl.explore(strided, x, y)
+    reasons = dict(ex.decomposed.fallbacks)
+    assert any("step" in why for why in reasons.values()), reasons
+    torch.testing.assert_close(ex(x, y), strided(x, y))
+
+
+def test_select_scatter_and_slice_backward_in_training() -> None:
+    """The gradients of x[:, 1] and x[:, 2:] (select_backward, slice_backward) are kernels, and match eager."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x[:, 1].exp().sum() + x[:, 2:].sin().sum()) * 2
+
+    x = torch.randn(5, 5, requires_grad=True)
+    torch._dynamo.reset()
+    from fusionlab import dynamo_backend
+
+    compiled = torch.compile(f, backend="fusionlab")
+    compiled(x).backward()
+    ours = x.grad.clone()
+    x.grad = None
+    f(x).backward()
+    torch.testing.assert_close(ours, x.grad)
+    backward = dynamo_backend.graphs[-1]
+    assert backward.role == "backward"
+    externs = {n.op for n in backward.exploration.decomposed.graph.nodes if n.kind == "extern"}
+    assert not {"aten.slice_scatter.default", "aten.select_scatter.default"} & externs, externs

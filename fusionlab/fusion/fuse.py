@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, overload
 
 from fusionlab.fusion.domain import Domain, analyse, view_source
 from fusionlab.fusion.kinds import KERNEL_GROUP_KINDS, GroupKind
@@ -64,8 +65,44 @@ class FuseResult:
 
     groups: tuple[FusionGroup, ...]
     decisions: tuple[FusionDecision, ...]
-    partitions: tuple[tuple[tuple[str, ...], ...], ...]  # the partition after each decision (index 0: before any)
+    partitions: Sequence[tuple[tuple[str, ...], ...]]  # the partition after each decision (index 0: before any)
     policy: str = ""  # the policy's name
+
+
+class Partitions(Sequence[tuple[tuple[str, ...], ...]]):
+    """The partition after each decision (index 0: before any), replayed from the merges on first use: a model's
+    graph makes thousands of decisions, and only the step-through views read the partitions."""
+
+    def __init__(self, graph: Graph, merges: Sequence[tuple[str, str] | None]) -> None:
+        self._graph = graph
+        self._merges = tuple(merges)  # per decision: (producer group, consumer group) merged, or None
+        self._all: tuple[tuple[tuple[str, ...], ...], ...] | None = None
+
+    def _replayed(self) -> tuple[tuple[tuple[str, ...], ...], ...]:
+        if self._all is None:
+            partition = _Partition(self._graph)
+            snapshots = [partition.snapshot()]
+            for merge in self._merges:
+                if merge is not None:
+                    partition.merge(*merge)
+                snapshots.append(partition.snapshot())
+            self._all = tuple(snapshots)
+        return self._all
+
+    def __len__(self) -> int:
+        return len(self._merges) + 1
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[tuple[str, ...], ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[tuple[str, ...], ...]]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self._replayed()[index]
+
+    def __repr__(self) -> str:
+        return f"Partitions({len(self)} steps)"
 
 
 class _Partition:
@@ -86,17 +123,21 @@ class _Partition:
         first = {group: self.order[members[0]] for group, members in self.members.items()}
         waiting = {group: {self.group_of[v] for v in self.external_inputs(group) if v in self.group_of}
                    for group in self.members}
+        readers: dict[str, list[str]] = {}
+        for group, needs in waiting.items():
+            for need in needs:
+                readers.setdefault(need, []).append(group)
         ready = [(first[g], g) for g, needs in waiting.items() if not needs]
         heapq.heapify(ready)
         ordered: list[tuple[str, ...]] = []
         while ready:
             _, group = heapq.heappop(ready)
             ordered.append(tuple(self.members[group]))
-            for other, needs in waiting.items():
-                if group in needs:
-                    needs.discard(group)
-                    if not needs:
-                        heapq.heappush(ready, (first[other], other))
+            for other in readers.get(group, ()):
+                needs = waiting[other]
+                needs.discard(group)
+                if not needs:
+                    heapq.heappush(ready, (first[other], other))
         assert len(ordered) == len(self.members), "fusion groups form a cycle"
         return tuple(ordered)
 
@@ -163,7 +204,7 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
     forced: set[tuple[str, str]] = {(a, b) for a, b in force}
     _check_names(graph, forbidden | forced)
     decisions: list[FusionDecision] = []
-    partitions = [partition.snapshot()]
+    merges: list[tuple[str, str] | None] = []
     considered: set[tuple[frozenset[str], frozenset[str]]] = set()
     rejected: set[tuple[str, str, str]] = set()
     for node in graph.nodes:
@@ -201,14 +242,14 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
                 tuple(partition.members[producer]), tuple(partition.members[consumer])))
             if verdict.ok:
                 partition.merge(producer, consumer)
-            partitions.append(partition.snapshot())
+            merges.append((producer, consumer) if verdict.ok else None)
     for a, b in sorted(forced):
         if partition.group_of[a] != partition.group_of[b]:
             raise FusionError(f"cannot force fusing {a} into {b}: {b} does not read {a} (directly or through views), "
                               "so the pass never considers them as a pair; force each step of the path between them")
     groups = tuple(describe_group(graph, members, partition.stored(members), index)
                    for index, members in enumerate(partition.snapshot()))
-    return FuseResult(groups, tuple(decisions), tuple(partitions), policy.name)
+    return FuseResult(groups, tuple(decisions), Partitions(graph, merges), policy.name)
 
 
 def _forced_into(forced: set[tuple[str, str]], partition: _Partition, group: str) -> bool:

@@ -1,6 +1,8 @@
 """Indexing rules: reads at positions held in a tensor (`embedding`, `x[idx]`, `gather`, `index_select`) become the
 `index` primitive, an indirect load inside the consumer's kernel; a one-hot `scatter` becomes `where(iota == index,
-src, self)`; `constant_pad_nd` and `roll` re-index their operand (a masked read, a read at (i - shift) mod n).
+src, self)`; `slice_scatter` and `select_scatter` (a slice's or a select's gradient, a write through a view) are a
+`where` over the positions they replace; `constant_pad_nd` and `roll` re-index their operand (a masked read, a read
+at (i - shift) mod n).
 
 The index tensors are read like pointwise operands; the indexed table is read whole from memory (fusion keeps it
 out of the kernel that indexes it, `fusion/domain.table_blocker`). What happens to an index out of range is said
@@ -125,7 +127,53 @@ def _roll(b: Builder, x: Ref, shifts: Sequence[int], dims: Sequence[int] = ()) -
     return b.roll(x, list(shifts), [d % rank for d in dims])
 
 
+def _in_range(b: Builder, shape: tuple[Dim, ...], dim: int, start: int, end: int) -> Ref:
+    position = b.iota(shape, dim, torch.int64)
+    return b.pointwise("logical_and", b.pointwise("ge", position, start), b.pointwise("lt", position, end))
+
+
+def _slice_scatter(b: Builder, x: Ref, src: Ref, dim: int = 0, start: int | None = None, end: int | None = None,
+                   step: int = 1) -> Ref:
+    """x with x[start:end] along `dim` replaced by src (a slice's gradient, a write through a slice):
+    where(start <= i < end, src read at i - start, x). A step other than 1 stays extern."""
+    shape = tuple(b.type_of(x).shape)
+    rank = len(shape)
+    dim = dim % rank if rank else 0
+    size = shape[dim] if rank else 1
+    if step != 1 or not isinstance(size, int):
+        raise RuleNotApplicable("a slice_scatter with a step, or along a symbolic dimension")
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start, end = (v + size if v < 0 else v for v in (start, end))
+    start, end = max(0, min(start, size)), max(0, min(end, size))
+    if not isinstance(start, int) or not isinstance(end, int) or end - start != b.type_of(src).shape[dim]:
+        raise RuleNotApplicable("a slice_scatter whose source does not fill its slice")
+    if end == start:
+        return b.pointwise("copy", x)
+    before, after = [0] * rank, [0] * rank
+    before[dim], after[dim] = start, size - end
+    placed = b.pad(b.cast(src, b.type_of(x).dtype), before, after, 0)
+    return b.pointwise("where", _in_range(b, shape, dim, start, end), placed, x, dtype=b.type_of(x).dtype)
+
+
+def _select_scatter(b: Builder, x: Ref, src: Ref, dim: int, index: int) -> Ref:
+    """x with x.select(dim, index) replaced by src: where(i == index, src broadcast along dim, x)."""
+    shape = tuple(b.type_of(x).shape)
+    rank = len(shape)
+    dim = dim % rank
+    size = shape[dim]
+    if not isinstance(size, int) or not isinstance(index, int):
+        raise RuleNotApplicable("a select_scatter along a symbolic dimension")
+    index = index + size if index < 0 else index
+    src_shape = tuple(b.type_of(src).shape)
+    spread = b.broadcast(b.reshape(b.cast(src, b.type_of(x).dtype), src_shape[:dim] + (1,) + src_shape[dim:]), shape)
+    hit = b.pointwise("eq", b.iota(shape, dim, torch.int64), index)
+    return b.pointwise("where", hit, spread, x, dtype=b.type_of(x).dtype)
+
+
 INDEXING_RULES: dict[Any, Rule] = {
+    aten.slice_scatter: _slice_scatter,
+    aten.select_scatter: _select_scatter,
     aten.embedding: _embedding,
     aten.index: _index,
     aten.index_select: _index_select,
