@@ -17,6 +17,7 @@ import csv
 import datetime
 import statistics
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -195,8 +196,10 @@ def bench_models(names: Sequence[str] | None = None, *, modes: Sequence[str] = (
             try:
                 row = bench_model(name, mode=mode, **options)
             except Exception as error:  # noqa: BLE001 - recorded in the row, the run goes on
+                frames = traceback.extract_tb(error.__traceback__)[-3:]
+                where = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(frames))
                 row = {column: None for column in MODEL_COLUMNS}
-                row.update(model=name, mode=mode, error=f"{type(error).__name__}: {str(error)[:300]}")
+                row.update(model=name, mode=mode, error=f"{type(error).__name__}: {str(error)[:300]} (at {where})")
             rows.append(row)
             if on_row is not None:
                 on_row(row)
