@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.capture import check_guards, check_inputs, fill_template, flatten_call
+from fusionlab.capture import check_aliasing, check_guards, check_inputs, fill_template, flatten_call
 from fusionlab.decompose import decomposition_rules
 from fusionlab.eager_grad import needs_grad, run_with_grad
 from fusionlab.fusion.policy import Policy, resolve_policy
@@ -112,6 +112,7 @@ class Exploration:
             check_inputs(self.captured.result, tensors)
             check_guards(self.captured.result, tensors)
             self._checked.add(signature)
+        check_aliasing(self.captured.result, tensors)  # every call: memory, not shapes
         return tensors
 
     def run_flat(self, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:

@@ -210,3 +210,32 @@ def test_a_nan_scalar_is_the_same_scalar() -> None:
     assert torch.isnan(ex(torch.randn(4), float("nan"))).all()
     with pytest.raises(ValueError, match="specialised"):
         ex(torch.randn(4), 1.0)
+
+
+def test_the_same_tensor_passed_twice_is_two_inputs() -> None:
+    """`explore(h, x, x)`: a later call with two different tensors computes both, as eager does."""
+    def h(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * 2 + b.sin()
+
+    x = torch.randn(4, 4)
+    ex = fl.explore(h, x, x)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    torch.testing.assert_close(ex(a, b), h(a, b))
+    torch.testing.assert_close(ex(x, x), h(x, x))
+
+
+def test_aliased_inputs_of_a_function_that_writes_in_place_are_refused() -> None:
+    def g(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a.add_(1)
+        return a * b
+
+    ex = fl.explore(g, torch.randn(4), torch.randn(4))
+    y = torch.randn(4)
+    with pytest.raises(fl.InputMismatch, match=r"'a' and 'b' share memory.*writes to a in place.*b.clone\(\)"):
+        ex(y, y)
+    with pytest.raises(fl.InputMismatch, match="share memory"):
+        ex(y, y[0].expand(4))  # a view of the same storage
+    a, b = torch.randn(4), torch.randn(4)
+    expected_a = a + 1
+    torch.testing.assert_close(ex(a, b), expected_a * b)
+    torch.testing.assert_close(a, expected_a)

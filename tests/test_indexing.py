@@ -255,15 +255,31 @@ def _write_negative_slice(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return z
 
 
-@pytest.mark.parametrize("fn, shapes", [(_write_slice, ((6, 8), (6, 3))), (_write_negative_slice, ((6, 6), (5, 3)))])
+# the padded read of a computed value (y.sin()) reads it from memory: its own kernel, then the write's
+@pytest.mark.parametrize("fn, shapes, kernels", [(_write_slice, ((6, 8), (6, 3)), 1),
+                                                 (_write_negative_slice, ((6, 6), (5, 3)), 2)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_slice_scatter_is_a_where_in_a_kernel(fn: Callable[..., torch.Tensor], shapes: Any,
+def test_slice_scatter_is_a_where_in_a_kernel(fn: Callable[..., torch.Tensor], shapes: Any, kernels: int,
                                               dtype: torch.dtype) -> None:
     inputs = [torch.randn(shape).to(dtype) for shape in shapes]
     ex = fl.explore(fn, *inputs)
-    assert "aten.slice_scatter.default" not in {n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"}
+    assert not [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"]
+    assert _kernels(ex) == kernels
     torch.testing.assert_close(ex(*inputs), fn(*inputs))
     assert ex.verify().ok
+
+
+def test_a_write_of_a_broadcast_value_of_another_dtype_through_a_view() -> None:
+    """`z[:, 0] = y` with y of another dtype and a size-1 dim: aten.copy casts and broadcasts, in the kernel."""
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = x.clone()
+        z[:, 0] = y
+        z[2:4].copy_(y[:1].to(torch.float32))
+        return z
+
+    x, y = torch.randn(6, 6), torch.randn(1, dtype=torch.float64)
+    ex = _explore(f, x, y)
+    _same(ex, f, x, y)
 
 
 def test_slice_scatter_with_a_step_stays_extern_with_its_reason() -> None:

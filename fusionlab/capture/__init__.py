@@ -4,7 +4,7 @@ makes to its inputs and buffers, the size conditions it relies on, and the check
     >>> result = capture(torch.nn.functional.gelu, (torch.randn(4, 8),), {})
 """
 
-from fusionlab.capture.calls import InputMismatch, check_inputs, flatten_call
+from fusionlab.capture.calls import InputMismatch, check_aliasing, check_inputs, flatten_call
 from fusionlab.capture.guards import GuardFailed, check_guards
 from fusionlab.capture.result import (
     TENSOR_SLOT,
@@ -23,4 +23,4 @@ from fusionlab.capture.trace import capture
 
 __all__ = ["TENSOR_SLOT", "AtenNode", "CaptureError", "CaptureResult", "Guard", "GuardFailed", "InputMismatch",
            "InputSpec", "Mutation", "ObjectSlot", "StateChanged", "StateSource", "SymbolBinding", "capture",
-           "check_guards", "check_inputs", "fill_template", "flatten_call"]
+           "check_aliasing", "check_guards", "check_inputs", "fill_template", "flatten_call"]

@@ -47,6 +47,26 @@ class InputMismatch(ValueError):
     """A call's inputs differ from the captured ones in rank, dtype, device or a fixed size."""
 
 
+def check_aliasing(captured: CaptureResult, tensors: Sequence[torch.Tensor]) -> None:
+    """A function that writes to an input must not get two inputs that share memory: eager would see the write
+    through the other one, the captured program (which reads each input as its own tensor) would not."""
+    if not captured.mutations:
+        return
+    owners: dict[int, int] = {}
+    for index, tensor in enumerate(tensors):
+        if tensor.numel() == 0:
+            continue
+        storage = tensor.untyped_storage().data_ptr()
+        if storage in owners:
+            first, second = captured.inputs[owners[storage]].name, captured.inputs[index].name
+            written = ", ".join(sorted({m.name for m in captured.mutations}))
+            raise InputMismatch(f"inputs {first!r} and {second!r} share memory, and the function writes to "
+                                f"{written} in place: the captured program reads each input as its own tensor, "
+                                "so it would not see that write through the other. Pass separate tensors "
+                                f"({second}.clone())")
+        owners[storage] = index
+
+
 def check_inputs(captured: CaptureResult, tensors: Sequence[torch.Tensor]) -> None:
     """Rank, dtype and device must match the capture; fixed sizes must match; symbolic ones must agree."""
     if len(tensors) != len(captured.inputs):

@@ -102,7 +102,9 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         return returned
 
     holder: dict[str, Any] = {}
-    example = [*state.values(), *(leaves[i] for i in tensor_positions)]
+    # The same tensor passed twice (`explore(h, x, x)`) would be one graph input read for both: each gets its own
+    # stand-in, so a later call with two different tensors computes what eager would.
+    example = _distinct([*state.values(), *(leaves[i] for i in tensor_positions)])
     name = getattr(fn, "__name__", type(fn).__name__)
     try:
         # preserve_node_meta: each node keeps the aten op it came from (`meta["original_aten"]`), so the nodes a
@@ -226,6 +228,19 @@ def _returned_mutations(graph_module: torch.fx.GraphModule, placeholders: list[t
         output.args = (type(output.args[0])(results),)
         graph_module.recompile()
     return tuple(mutations)
+
+
+def _distinct(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`tensors` with every repeat of an earlier tensor object replaced by a copy of the same layout."""
+    seen: set[int] = set()
+    distinct = []
+    for tensor in tensors:
+        if id(tensor) in seen:
+            copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
+            tensor = copy.copy_(tensor.detach())
+        seen.add(id(tensor))
+        distinct.append(tensor)
+    return distinct
 
 
 def _capture_error(name: str, error: Exception) -> CaptureError:

@@ -1,5 +1,5 @@
-"""Copy rules: dtype conversions (`_to_copy`) and copies (`clone`), which become the `copy` primitive; a copy of a
-product's transposed operand keeps its own order.
+"""Copy rules: dtype conversions (`_to_copy`), copies (`clone`) and writes of one tensor's values into another's
+shape (`copy`), which become the `copy` primitive; a copy of a product's transposed operand keeps its own order.
 
     >>> aten.clone in COPY_RULES
     True
@@ -74,7 +74,18 @@ def _clone(b: Builder, x: Ref, **kwargs: Any) -> Ref:
     return b.pointwise("copy", x)
 
 
+def _copy(b: Builder, x: Ref, src: Any, non_blocking: bool = False) -> Ref:
+    """`aten.copy(x, src)`, the functional form of `x.copy_(src)` (a write through a view is one): src broadcast to
+    x's shape in x's dtype. x's values are not read."""
+    shape = tuple(b.type_of(x).shape)
+    dtype = b.type_of(x).dtype
+    if not isinstance(src, Ref):
+        return b.fill(shape, src, dtype)
+    return b.pointwise("copy", b.broadcast(b.cast(src, dtype), shape))
+
+
 COPY_RULES: dict[Any, Rule] = {
+    aten.copy: _copy,
     aten._to_copy: _to_copy,
     aten.clone: _clone,
     aten.lift_fresh_copy: lambda b, x: b.pointwise("copy", x),
