@@ -133,7 +133,8 @@ class Captured(_Stage):
         for node in self.aten_nodes:
             args = _rename_words(node.args_text, names)
             kind = f': "{node.type.text()}"' if node.type else ""
-            lines.append(f"    {node.name}{kind} = {node.target}({comment(args)})")
+            origin = f"  # from {node.decomposed_from}" if node.decomposed_from else ""
+            lines.append(f"    {node.name}{kind} = {node.target}({comment(args)}){origin}")
         lines.append(f"    return ({', '.join(self.outputs)},)")
         return "\n".join(lines)
 

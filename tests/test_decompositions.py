@@ -419,3 +419,16 @@ def test_compiled_dropout_matches_eager_with_the_same_seed() -> None:
         _assert_close(loss.detach(), expected.detach())
         for param, reference in zip(model.parameters(), eager.parameters()):
             _assert_close(param.grad, reference.grad)
+
+
+def test_captured_text_names_the_op_each_decomposed_node_replaces() -> None:
+    def backward(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(-1, keepdim=True)
+        return torch.ops.aten.native_layer_norm_backward(x, x, [8], mean, mean, w, b, [True, True, True])[0]
+
+    ex = fl.explore(backward, torch.randn(4, 8), torch.randn(8), torch.randn(8))
+    text = ex.captured.as_text()
+    assert "# from aten.native_layer_norm_backward" in text
+    assert "native_layer_norm_backward(" not in text  # decomposed, not called
+    mean_line = next(line for line in text.splitlines() if "aten.mean" in line)
+    assert "# from" not in mean_line  # the function's own call

@@ -92,6 +92,7 @@ class AtenNode:
     target: str
     type: TensorType | None
     args_text: str
+    decomposed_from: str | None = None  # the aten op a capture decomposition replaced ("aten.gelu_backward")
 
 
 @dataclass(frozen=True)

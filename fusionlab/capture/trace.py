@@ -24,7 +24,7 @@ import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from fusionlab.capture.decompositions import DECOMPOSITIONS
+from fusionlab.capture.decompositions import DECOMPOSITIONS, decomposed_from
 from fusionlab.capture.guards import guards_of
 from fusionlab.capture.result import (
     TENSOR_SLOT,
@@ -148,7 +148,7 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     )
     aten_nodes = tuple(
         AtenNode(node.name, _target_name(node.target), types.get(node.name),
-                 ", ".join(str(a) for a in node.args))
+                 ", ".join(str(a) for a in node.args), decomposed_from(node))
         for node in graph_module.graph.nodes if node.op == "call_function"
     )
     return CaptureResult(graph_module, inputs, aten_nodes, types, multi_types, holder["spec"],
