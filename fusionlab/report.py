@@ -46,9 +46,9 @@ h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; border-bottom: 1
 .fl-note { font-size: 12px; color: #4b5563; }
 .fl-pair { display: flex; gap: 10px; } .fl-pair > div { flex: 1; min-width: 0; }
 .fl-group { margin: 10px 0 18px; } .fl-group.fl-hidden { display: none; }
-.fusionlab-graph g.node, .fusionlab-graph g.cluster { cursor: pointer; }
-.fusionlab-graph g.fl-selected polygon, .fusionlab-graph g.fl-selected path,
-.fusionlab-graph g.fl-selected ellipse { stroke: #f59e0b; stroke-width: 3px; }
+#fl-graph g.node, #fl-graph g.cluster { cursor: pointer; }
+#fl-graph g.fl-selected polygon, #fl-graph g.fl-selected path,
+#fl-graph g.fl-selected ellipse { stroke: #f59e0b; stroke-width: 3px; }
 button { font-size: 12px; }
 """
 
@@ -59,10 +59,14 @@ _PAGE_SCRIPT = """
   var data = JSON.parse(document.getElementById("fl-data").textContent);
   var status = document.getElementById("fl-status");
   function show(group) {
+    var found = false;
     document.querySelectorAll(".fl-group").forEach(function (section) {
-      section.classList.toggle("fl-hidden", group !== null && section.getAttribute("data-group") !== group);
+      var match = section.getAttribute("data-group") === group;
+      found = found || match;
+      section.classList.toggle("fl-hidden", group !== null && !match);
     });
-    status.textContent = group === null ? "showing every group" : "showing group " + group;
+    status.textContent = group === null ? "showing every group"
+      : found ? "showing group " + group : "group " + group + " is a view: no kernel of its own";
   }
   document.querySelectorAll("#fl-graph g.node, #fl-graph g.cluster").forEach(function (element) {
     element.addEventListener("click", function (event) {
@@ -122,7 +126,7 @@ def exploration_html(ex: Any, *, inductor: Any = True, timings: Any = True, titl
         _note(f"{ex!r} | {fused!r} | {verified}") + localised,
         _note(f"written {datetime.datetime.now().isoformat(timespec='seconds')} by fusionlab with torch "
               f"{torch.__version__}; self-contained: no network needed."),
-        _section("Graph: one colour per fusion group", graph + _note(
+        _section("Graph: one colour per fusion group", f"<div id='fl-graph'>{graph}</div>" + _note(
             "Dashed grey edges stay in registers inside a kernel; solid edges are written to memory and read "
             "back. Grey 3-D boxes are extern ops (eager PyTorch / cuBLAS); dashed boxes are views. Hover for "
             "shapes and dtypes; click a node or a group to show only its sources below."), "graph"),

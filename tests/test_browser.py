@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
+import fusionlab as fl
 from tests.browser_support import (
     ARTIFACTS,
     TOUR,
@@ -55,3 +59,35 @@ def test_tour_runs_in_jupyterlab_and_a_graph_click_moves_the_sources(lab: str) -
         assert timings.locator(".jp-OutputArea-output img").count() >= 1
         assert "BenchReport" in timings.inner_text()
         timings.screenshot(path=str(ARTIFACTS / "browser_tour_timings.png"))
+
+
+def _layer_norm_then_gelu(x: Any, weight: Any) -> Any:
+    return torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (32,)) @ weight)
+
+
+def test_report_page_a_graph_click_filters_the_sources(tmp_path: Path) -> None:
+    """The page `ex.to_html(path)` writes, opened from disk: a click on a node shows only its group's sources."""
+    require_browser()
+    ex = fl.explore(_layer_norm_then_gelu, torch.randn(4, 32), torch.randn(32, 16))
+    path = tmp_path / "report.html"
+    ex.to_html(str(path), inductor=False, timings=False)
+    rsqrt_group = next(group.name for group in ex.fused.groups if any("rsqrt" in n for n in group.nodes))
+    with chromium_page("browser_report_failure.png") as page:
+        page.goto(path.as_uri())
+        sections = page.locator(".fl-group")
+        total = sections.count()
+        assert total >= 2 and page.locator(".fl-group:visible").count() == total
+        status = page.locator("#fl-status")
+        assert status.inner_text() == "showing every group"
+
+        node = page.locator("#fl-graph g.node", has_text="rsqrt").first
+        node.click()
+        assert status.inner_text() == f"showing group {rsqrt_group}"
+        visible = page.locator(".fl-group:visible")
+        assert visible.count() == 1 and visible.first.get_attribute("data-group") == rsqrt_group
+        assert "rsqrt" in visible.first.inner_text()
+        assert page.locator("#fl-graph g.fl-selected").count() == 1
+
+        page.locator("#fl-show-all").click()
+        assert page.locator(".fl-group:visible").count() == total
+        assert status.inner_text() == "showing every group"

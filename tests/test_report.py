@@ -102,3 +102,10 @@ def test_cli_report_without_timings(tmp_path: Path) -> None:
     out = tmp_path / "gelu.html"
     assert cli.main(["report", "gelu_bias", "--no-timings", "--out", str(out)]) == 0
     assert "not requested" in out.read_text(encoding="utf-8")
+
+
+def test_the_page_script_binds_the_graph_it_writes() -> None:
+    page = exploration_html(fl.explore(lambda x: torch.softmax(x, -1), torch.randn(4, 16)), inductor=False,
+                            timings=False)
+    assert "<div id='fl-graph'><div class='fusionlab-graph'><svg" in page
+    assert "#fl-graph g.node" in page
