@@ -121,8 +121,9 @@ def test_explorer_follows_a_click_in_the_graph(ex: fl.Exploration) -> None:
     assert explorer.source.left.value != left and "= _erf(" in text(explorer.source.left.value)
     assert explorer.source.right.value != right and "# gelu" in text(explorer.source.right.value)
     assert explorer.groups.value != groups
+    rows = [g for g in ex.fused.groups if g.kind != "view"]  # views share one last row
     assert re.findall(r"<tr data-row='(\d+)'><td style='[^']*#fef9c3", explorer.groups.value) == [
-        str(ex.fused.groups.index(last))]
+        str(rows.index(last))]
     assert "selected: erf" in explorer.selection.value
 
     explorer.graph.set_state({"selected": first.name})  # a click on a cluster sends the group's name
@@ -149,7 +150,7 @@ def test_explorer_stepper_drives_the_graph_and_the_decisions(ex: fl.Exploration)
     explorer = Explorer(ex, inductor=False, verify=True)
     assert "VerifyReport(ok=True" in explorer.title.value
     svg, decisions = explorer.graph.svg, explorer.decisions.value
-    explorer.stepper.slider.value = 0  # as the slider (or the play button) in the page would
+    explorer.stepper.slider.value = 1  # one decision made: as the slider (or the play button) in the page would
     assert explorer.stepper.step == 0 and explorer.graph.step == 0
     assert explorer.graph.svg != svg and explorer.decisions.value != decisions
     assert "decision 1 of" in explorer.stepper.card.value
@@ -208,6 +209,59 @@ def test_stage_stepper_from_a_fused_stage(ex: fl.Exploration) -> None:
     stepper.step = -1
     assert "Before any decision" in stepper.card.value
     assert WIDGET_MIME in bundle_of(stepper)
+
+
+def test_stepper_slider_counts_decisions_as_the_card_does(ex: fl.Exploration) -> None:
+    stepper = StageStepper(ex)
+    total = len(ex.fused.decisions)
+    # At the end: the slider reads N, the card "decision N of N" (it read N-1 beside "N of N").
+    assert stepper.step == total - 1 and stepper.slider.value == total == stepper.play.value
+    assert f"decision {total} of {total}" in stepper.card.value
+    assert (stepper.slider.min, stepper.slider.max, stepper.play.min, stepper.play.max) == (0, total, 0, total)
+    stepper.step = 2  # from Python, as lesson 02 does: the slider follows
+    assert stepper.slider.value == 3 and f"decision 3 of {total}" in stepper.card.value
+    stepper.play.value = stepper.play.min  # what the stop button does in the page
+    assert stepper.slider.value == 0 and stepper.step == -1 and "Before any decision" in stepper.card.value
+    for word in ("play", "pause", "stop", "loop"):
+        assert word in stepper.play.tooltip and word in stepper.buttons_help.value
+    assert stepper.slider.tooltip
+
+
+def test_stepper_card_counts_kernels_not_views() -> None:
+    def viewed(x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x).reshape(4, 2, 8).permute(1, 0, 2).reshape(8, 8)
+        return torch.sigmoid(y.t()).reshape(4, 16).sum(-1)
+
+    ex = fl.explore(viewed, torch.randn(4, 16))
+    fused = ex.fused
+    views = sum(1 for g in fused.groups if g.kind == "view")
+    assert views >= 2, fused.groups
+    stepper = StageStepper(ex)
+    card = text(stepper.card.value)
+    kernels = len(fused.kernels)
+    assert f"after this step: {kernels} kernel{'s' if kernels != 1 else ''} ({views} views" in card, card
+    assert f"{len(fused.groups)} groups" not in card
+    explorer = Explorer(ex, inductor=False, verify=False)
+    # The dropdown lists kernels and extern calls; the table gives views one shared row.
+    assert list(explorer.source.picker.options) == [g.name for g in fused.groups if g.kind != "view"]
+    table = explorer.groups.value
+    assert table.count("<tr data-row=") == len(fused.groups) - views + 1
+    assert f"{kernels} kernels" in table and f"{views} views" in table
+    # A view chosen in the graph: its code shows, the picker goes blank and comes back on the next kernel.
+    view = next(g for g in fused.groups if g.kind == "view")
+    explorer.graph.set_state({"selected": view.name})
+    assert explorer.source.group == view.name and explorer.source.picker.value is None
+    assert re.findall(r"<tr data-row='(\d+)'><td style='[^']*#fef9c3", explorer.groups.value) == [
+        str(len(fused.groups) - views)]
+    explorer.source.picker.value = fused.kernels[0].name
+    assert explorer.source.group == fused.kernels[0].name == find_group_name(explorer)
+
+
+def find_group_name(explorer: Explorer) -> str:
+    from fusionlab.display.links import find_group
+
+    group = find_group(explorer.fused, explorer.graph.selected)
+    return group.name if group is not None else ""
 
 
 def _row(variant: str, kernel: str, ms: float, timing: str, device: str) -> SimpleNamespace:

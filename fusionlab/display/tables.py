@@ -56,18 +56,35 @@ def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], highlight:
 
 
 def groups_table(fused: Fused, selected: str | None = None, max_height: str = "") -> str:
-    """One row per group: kind, primitives, the aten nodes it covers, bytes read and written."""
+    """One row per kernel or extern call: kind, primitives, the aten nodes it covers, bytes read and written.
+
+    View-only groups (a reshape or permute between kernels: no kernel of their own, no bytes moved) share one
+    last row, so that a model's dozens of views do not drown its kernels.
+    """
     graph = fused.previous.graph
-    rows, marked = [], []
-    for index, group in enumerate(fused.groups):
+    rows: list[list[Any]] = []
+    marked = []
+    views = [group for group in fused.groups if group.kind == "view"]
+    for group in fused.groups:
+        if group.kind == "view":
+            continue
         if selected is not None and (selected == group.name or selected in group.nodes):
-            marked.append(index)
+            marked.append(len(rows))
         ops = [graph[n].op for n in group.nodes if graph[n].kind != "input"]
         rows.append([group.name, group.kind, len(ops), ", ".join(ops[:12]) + (" ..." if len(ops) > 12 else ""),
                      ", ".join(group.origins), group.bytes_read, group.bytes_written])
+    if views:
+        if selected is not None and any(selected == g.name or selected in g.nodes for g in views):
+            marked.append(len(rows))
+        names = [g.name for g in views]
+        origins = [origin for g in views for origin in g.origins]
+        rows.append([f"{len(views)} view{'s' if len(views) != 1 else ''}: " + ", ".join(names[:6])
+                     + (" ..." if len(names) > 6 else ""), "view", len(views), "no kernel of their own",
+                     ", ".join(origins[:12]) + (" ..." if len(origins) > 12 else ""), None, None])
+    externs = sum(1 for group in fused.groups if group.kind == "extern")
+    caption = f"{len(fused.kernels)} kernels, {externs} extern calls, {len(views)} views ({fused.policy_name!r} policy)"
     return html_table(["group", "kind", "primitives", "ops", "aten nodes", "bytes read", "bytes written"], rows,
-                      marked, caption=f"{len(fused.kernels)} kernels ({fused.policy_name!r} policy)",
-                      max_height=max_height)
+                      marked, caption=caption, max_height=max_height)
 
 
 def decisions_table(fused: Fused, upto: int | None = None, max_height: str = "") -> str:

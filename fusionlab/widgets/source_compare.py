@@ -50,8 +50,11 @@ class SourceCompare(StaticFallback, ipywidgets.VBox):
         self.header = ipywidgets.HTML()
         self.modes = ipywidgets.ToggleButtons(options=list(_MODES), value=_MODES[0],
                                               style={"button_width": "auto"})
-        self.picker = ipywidgets.Dropdown(options=[g.name for g in self.fused.groups], description="group",
-                                          layout={"width": "auto"})
+        # Kernels and extern calls only: a model's view-only groups (no kernel of their own) would bury them.
+        # A view chosen in the graph still shows here; the picker then stays blank.
+        self.picker = ipywidgets.Dropdown(options=[g.name for g in self.fused.groups if g.kind != "view"],
+                                          description="group", layout={"width": "auto"}, tooltip="kernels and "
+                                          "extern calls; click a view (dashed) in the graph to see its code")
         self.left = ipywidgets.HTML(layout={"width": "50%"})
         self.right = ipywidgets.HTML(layout={"width": "50%"})
         self.single = ipywidgets.HTML(layout={"width": "100%"})
@@ -61,7 +64,7 @@ class SourceCompare(StaticFallback, ipywidgets.VBox):
         first = group or next((g.name for g in self.fused.groups if g.is_kernel), self.fused.groups[0].name
                               if self.fused.groups else "")
         self.modes.observe(lambda change: setattr(self, "mode", change["new"]), names="value")
-        self.picker.observe(lambda change: self.select(change["new"]), names="value")
+        self.picker.observe(lambda change: change["new"] is None or self.select(change["new"]), names="value")
         self.observe(lambda _: self.refresh(), names=["group", "mode"])
         self.select(first)
         self.refresh()
@@ -73,8 +76,9 @@ class SourceCompare(StaticFallback, ipywidgets.VBox):
         if group is None:
             return False
         self.group = group.name
-        if self.picker.value != group.name:
-            self.picker.value = group.name
+        shown = group.name if group.name in self.picker.options else None
+        if self.picker.value != shown:
+            self.picker.value = shown
         return True
 
     # -- content --------------------------------------------------------------------------------------

@@ -19,30 +19,59 @@ from fusionlab.display import style
 from fusionlab.display.graph import resolve_stage
 from fusionlab.display.source import highlight_html
 from fusionlab.display.tables import decisions_table
+from fusionlab.fusion.kinds import KERNEL_GROUP_KINDS, group_kind
 from fusionlab.stages import STAGES, Fused
 from fusionlab.widgets.base import StaticFallback
 from fusionlab.widgets.graph_view import GraphView
 
-__all__ = ["STAGES", "StageStepper", "decision_card"]
+__all__ = ["STAGES", "StageStepper", "decision_card", "group_counts"]
+
+
+def group_counts(fused: Fused, step: int) -> dict[str, int]:
+    """How many kernels, extern calls and view-only groups the partition after `step` holds (views launch nothing)."""
+    graph = fused.previous.graph
+    counts = {"kernels": 0, "extern": 0, "views": 0}
+    for members in fused.groups_after(step):
+        kind = group_kind(graph[m].kind for m in members)
+        counts["kernels" if kind in KERNEL_GROUP_KINDS else "extern" if kind == "extern" else "views"] += 1
+    return counts
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    kernels, extern, views = counts["kernels"], counts["extern"], counts["views"]
+    text = f"{kernels} kernel{'s' if kernels != 1 else ''}"
+    if extern:
+        text += f" and {extern} extern call{'s' if extern != 1 else ''}"
+    if views:
+        text += f" ({views} view{'s' if views != 1 else ''} between them: no kernel of their own)"
+    return text
 
 
 def decision_card(fused: Fused, step: int) -> str:
-    """The decision at `step` in words (escaped); step -1 is the start: one group per primitive."""
+    """The decision at `step` in words (escaped); step -1 is the start: one group per primitive.
+
+    Decisions are counted from 1 in the card, as on the slider: `step` k is "decision k+1 of N".
+    """
     total = len(fused.decisions)
     if step < 0 or not total:
-        text = (f"Before any decision: one group per primitive. The policy {fused.policy_name!r} will consider "
-                f"{total} producer -> consumer pairs; press play or move the slider.")
+        text = (f"Before any decision: one group per primitive ({_counts_text(group_counts(fused, -1))}). "
+                f"The policy {fused.policy_name!r} will consider {total} producer -> consumer pairs; press play "
+                "or move the slider.")
         return f"<div style='{style.NOTE_STYLE}'>{html.escape(text)}</div>"
     decision = fused.decisions[min(step, total - 1)]
     colour = style.FUSED_COLOUR if decision.fused else style.KEPT_APART_COLOUR
     verdict = "fused" if decision.fused else "kept apart"
     saved = f"; saves {decision.bytes_saved:,} bytes of memory traffic" if decision.fused else ""
-    groups_left = len([g for g in fused.groups_after(decision.step)])
+    after = _counts_text(group_counts(fused, decision.step))
     return (f"<div style='font-size:12.5px;font-family:{style.FONT}'>"
             f"<b>decision {decision.step + 1} of {total}</b>: <code>{html.escape(decision.producer)}</code> &rarr; "
             f"<code>{html.escape(decision.consumer)}</code>: <b style='color:{colour}'>{verdict}</b>"
             f"{html.escape(saved)}<br><span style='color:#374151'>{html.escape(decision.reason)}</span>"
-            f"<br><span style='{style.NOTE_STYLE}'>{groups_left} groups after this step</span></div>")
+            f"<br><span style='{style.NOTE_STYLE}'>after this step: {html.escape(after)}</span></div>")
+
+
+PLAY_TOOLTIP = ("▶ play the decisions one by one; ❚❚ pause; ■ stop: back to the start, before any decision; "
+                "↻ loop: start again after the last")
 
 
 class StageStepper(StaticFallback, ipywidgets.VBox):
@@ -66,16 +95,23 @@ class StageStepper(StaticFallback, ipywidgets.VBox):
         self.graph = graph if graph is not None else GraphView(fused, step=start)
         self.stage_slider = ipywidgets.SelectionSlider(options=available, value=stage, description="stage",
                                                        continuous_update=False, layout={"width": "420px"})
-        self.play = ipywidgets.Play(min=-1, max=max(last, -1), step=1, interval=900, value=start,
-                                    description="play the decisions")
-        self.slider = ipywidgets.IntSlider(min=-1, max=max(last, -1), value=start, description="decision",
-                                           continuous_update=True, layout={"width": "420px"})
+        # The slider and the play button count decisions made, from 0 (before any) to N (all): the value is
+        # `step + 1`, so the slider reads what the card says ("decision 16 of 17" at 16), and the play
+        # widget's stop button, which goes back to `min`, shows the start rather than -1.
+        self.play = ipywidgets.Play(min=0, max=last + 1, step=1, interval=900, value=start + 1,
+                                    description="play the decisions", tooltip=PLAY_TOOLTIP)
+        self.slider = ipywidgets.IntSlider(min=0, max=last + 1, value=start + 1, description="decisions",
+                                           continuous_update=True, layout={"width": "420px"},
+                                           tooltip="decisions made so far: 0 is the start (one group per "
+                                                   "primitive), the last is the final grouping")
+        self.buttons_help = ipywidgets.HTML(f"<span style='{style.NOTE_STYLE}'>{html.escape(PLAY_TOOLTIP)}</span>")
         ipywidgets.jslink((self.play, "value"), (self.slider, "value"))
         self.card = ipywidgets.HTML()
         self.text = ipywidgets.HTML()
         self.text_box = ipywidgets.Accordion(children=[self.text], titles=("program text",))
         self.text_box.selected_index = None
-        rows = [self.stage_slider, ipywidgets.HBox([self.play, self.slider]), self.card, self.graph]
+        rows = [self.stage_slider, ipywidgets.HBox([self.play, self.slider]), self.buttons_help, self.card,
+                self.graph]
         if show_text:
             rows.append(self.text_box)
         super().__init__(rows, **kwargs)
@@ -83,7 +119,10 @@ class StageStepper(StaticFallback, ipywidgets.VBox):
         self.set_trait("step", start)
         self.set_trait("stage", stage)
         self.stage_slider.observe(lambda change: setattr(self, "stage", change["new"]), names="value")
-        self.slider.observe(lambda change: setattr(self, "step", change["new"]), names="value")
+        # jslink keeps the two together in the page; these keep `step` right when either moves alone (a test,
+        # or a front end that has not drawn the link yet).
+        for control in (self.slider, self.play):
+            control.observe(lambda change: setattr(self, "step", change["new"] - 1), names="value")
         self.observe(lambda _: self.refresh(), names=["stage", "step"])
         self.refresh()
 
@@ -95,8 +134,9 @@ class StageStepper(StaticFallback, ipywidgets.VBox):
     def refresh(self) -> None:
         if self.stage_slider.value != self.stage:
             self.stage_slider.value = self.stage
-        if self.slider.value != self.step:
-            self.slider.value = self.step
+        for control in (self.slider, self.play):
+            if control.value != self.step + 1:
+                control.value = self.step + 1
         at_fused = self.stage == "fused"
         self.slider.disabled = self.play.disabled = not at_fused
         if self.stage in ("captured", "decomposed"):
