@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import traitlets
 from torch import nn
 
 import fusionlab as fl
@@ -285,6 +286,22 @@ def test_timing_plot_redraws_as_rows_stream_in() -> None:
     assert WIDGET_MIME in bundle and "image/png" in bundle and "data:image/png;base64" in str(bundle["text/html"])
     with pytest.raises(ValueError, match="no exploration"):
         plot.run()
+
+
+def test_timing_plot_view_set_from_python_moves_the_buttons() -> None:
+    """Lessons 01 and 06 set `plot.view` in code: the highlighted button must follow, and every button still work."""
+    plot = TimingPlot(min_interval=0.0)
+    plot.add_row(_row("eager", "", 0.05, "measured", "cpu"))
+    plot.add_row(_row("fusionlab", "k0", 0.003, "modelled", "H200"))
+    plot.view = "roofline"
+    # What the page highlights is the ToggleButtons' synced index.
+    assert plot.views.value == "roofline" and plot.views.get_state()["index"] == 2
+    assert plot.output.outputs[0]["data"]["text/plain"] == "<timing chart: roofline>"
+    for name in ("programs", "per kernel", "roofline", "programs"):
+        plot.views.set_state({"index": list(plot.views.options).index(name)})  # a click on that button
+        assert plot.view == name and plot.output.outputs[0]["data"]["text/plain"] == f"<timing chart: {name}>"
+    with pytest.raises(traitlets.TraitError):
+        plot.view = "bars"
 
 
 def test_timing_plot_runs_the_benchmark(ex: fl.Exploration) -> None:

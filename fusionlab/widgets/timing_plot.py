@@ -33,7 +33,7 @@ VIEWS = ("programs", "per kernel", "roofline")
 class TimingPlot(StaticFallback, ipywidgets.VBox):
     """Benchmark charts; `rows` grows as a benchmark runs, `view` picks programs / per kernel / roofline."""
 
-    view = traitlets.Unicode(VIEWS[0])
+    view = traitlets.Enum(VIEWS, default_value=VIEWS[0])
     rows_seen = traitlets.Int(0)
 
     def __init__(self, exploration: Any = None, report: Any = None, min_interval: float = 0.3,
@@ -56,8 +56,15 @@ class TimingPlot(StaticFallback, ipywidgets.VBox):
                           ipywidgets.Accordion(children=[self.table], titles=("table",))], **kwargs)
         self.add_class("fusionlab-timing-plot")
         self.views.observe(lambda change: setattr(self, "view", change["new"]), names="value")
-        self.observe(lambda _: self.redraw(), names="view")
+        self.observe(self._view_changed, names="view")
         self.button.on_click(lambda _: self.run())
+        self.redraw()
+
+    def _view_changed(self, change: dict[str, Any]) -> None:
+        # `plot.view = ...` from Python must move the highlighted button too: a button left on "programs"
+        # while the chart shows the roofline would ignore the click that should bring the programs back.
+        if self.views.value != change["new"]:
+            self.views.value = change["new"]
         self.redraw()
 
     # -- data -----------------------------------------------------------------------------------------
