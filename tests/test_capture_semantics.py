@@ -231,7 +231,7 @@ def test_aliased_inputs_of_a_function_that_writes_in_place_are_refused() -> None
 
     ex = fl.explore(g, torch.randn(4), torch.randn(4))
     y = torch.randn(4)
-    with pytest.raises(fl.InputMismatch, match=r"'a' and 'b' share memory.*writes to a in place.*b.clone\(\)"):
+    with pytest.raises(fl.InputMismatch, match=r"'a' and 'b' share memory.*writes to 'a' in place.*b.clone\(\)"):
         ex(y, y)
     with pytest.raises(fl.InputMismatch, match="share memory"):
         ex(y, y[0].expand(4))  # a view of the same storage
@@ -239,3 +239,33 @@ def test_aliased_inputs_of_a_function_that_writes_in_place_are_refused() -> None
     expected_a = a + 1
     torch.testing.assert_close(ex(a, b), expected_a * b)
     torch.testing.assert_close(a, expected_a)
+
+
+
+def test_inputs_that_share_memory_but_are_not_written_or_do_not_overlap_are_fine() -> None:
+    def g(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        a.add_(1)
+        return a * b + c
+
+    ex = fl.explore(g, torch.randn(4), torch.randn(4), torch.randn(4))
+    y = torch.randn(4)
+    a = torch.randn(4)
+    torch.testing.assert_close(ex(a.clone(), y, y), g(a.clone(), y, y))  # b and c alias: only read
+    rows, expected = torch.randn(3, 4), None
+    expected_rows = rows.clone()
+    expected = g(expected_rows[0], expected_rows[1], expected_rows[2])
+    torch.testing.assert_close(ex(rows[0], rows[1], rows[2]), expected)  # one storage, no overlap
+    torch.testing.assert_close(rows, expected_rows)
+
+
+def test_outputs_that_cannot_be_rebuilt_are_refused() -> None:
+    class Slotted:
+        __slots__ = ("t",)
+
+        def __init__(self, t: torch.Tensor) -> None:
+            self.t = t
+
+    with pytest.raises(CaptureError, match="output 0 is a Slotted.*no __dict__"):
+        fl.explore(lambda x: Slotted(x * 2), torch.randn(4)).captured  # noqa: B018
+    with pytest.raises(CaptureError, match="output 1 is a size .* return it as a tensor"):
+        fl.explore(lambda x: (x * 2, x.shape[0]), torch.randn(4, 3), dynamic=True).captured  # noqa: B018

@@ -67,7 +67,8 @@ def test_an_arange_that_is_an_output_is_written_by_a_kernel() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])
 def test_constants(dtype: torch.dtype) -> None:
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return (torch.full((3, 4), 2.5, dtype=dtype), torch.zeros_like(x) + x, torch.ones_like(x) * x,
+        return (torch.full((3, 4), 2.5, dtype=dtype), torch.full_like(x, 1000.3) - 1000 + x * 0,
+                torch.full_like(x, 0.1) * 3, torch.zeros_like(x) + x, torch.ones_like(x) * x,
                 x.new_ones(x.shape) + x, x.new_zeros((4,)), x.new_full((2, 4), 7), torch.ones(4, dtype=dtype) + x,
                 torch.zeros(3, 4, dtype=dtype), torch.full_like(x, 3) - x)
     x = (torch.randn(3, 4) * 10).to(dtype)
@@ -205,12 +206,21 @@ def test_pad_feeding_a_reduction() -> None:
     assert ex.verify().ok and _kernels(ex) == 1
 
 
-@pytest.mark.parametrize("shifts, dims", [(1, 0), (-2, 1), ((1, 3), (0, 1)), (7, -1)])
+@pytest.mark.parametrize("shifts, dims", [(1, 0), (-2, 1), ((1, 3), (0, 1)), (7, -1), ((1, 2), (0, 0)),
+                                          ((1, -3, 2), (0, 1, -2))])
 def test_roll(shifts: Any, dims: Any) -> None:
     fn = lambda x: torch.roll(x + 1, shifts, dims) * 2  # noqa: E731
     ex = _explore(fn, torch.randn(5, 5))
     assert ex.verify().ok and _kernels(ex) == 1
     _same(ex, fn, torch.randn(5, 5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_arange_values_are_rounded_to_their_dtype(dtype: torch.dtype) -> None:
+    """A bf16 arange is a bf16 tensor in eager (250..259 holds 256, 256, 258, 260, ...): the kernel rounds as well."""
+    fn = lambda x: torch.arange(250, 260, dtype=dtype) - 250 + x * 0  # noqa: E731
+    x = torch.randn(10).to(dtype)
+    _same(_explore(fn, x), fn, x)
 
 
 def test_roll_with_a_dynamic_size() -> None:
@@ -225,7 +235,10 @@ def test_cat_drops_empty_inputs() -> None:
     ex = _explore(fn, torch.empty(2, 3, 0, 4), torch.randn(2, 3, 5, 4))
     assert ex.verify().ok and _kernels(ex) == 1
     mixed = _explore(fn, torch.empty(2, 3, 0, 4, dtype=torch.float64), torch.randn(2, 3, 5, 4))
-    assert mixed(torch.empty(2, 3, 0, 4, dtype=torch.float64), torch.randn(2, 3, 5, 4))[0].dtype == torch.float64
+    empty, k = torch.empty(2, 3, 0, 4, dtype=torch.float64), torch.randn(2, 3, 5, 4)
+    got = mixed(empty, k)
+    got = got[0] if isinstance(got, tuple) else got
+    assert got.dtype == torch.float64 and torch.equal(got, fn(empty, k))
     legacy = _explore(lambda a, b: torch.cat([torch.empty(0), a, b]), torch.randn(3), torch.randn(2))
     assert legacy.verify().ok
 

@@ -48,23 +48,33 @@ class InputMismatch(ValueError):
 
 
 def check_aliasing(captured: CaptureResult, tensors: Sequence[torch.Tensor]) -> None:
-    """A function that writes to an input must not get two inputs that share memory: eager would see the write
-    through the other one, the captured program (which reads each input as its own tensor) would not."""
+    """An input the function writes to must not share memory with another input: eager would see the write through
+    the other one, the captured program (which reads each input as its own tensor) would not. Inputs that share a
+    storage without overlapping (two rows of one matrix), or that are only read, are fine."""
     if not captured.mutations:
         return
-    owners: dict[int, int] = {}
+    written = {m.input_index for m in captured.mutations}
+    spans: dict[int, list[tuple[int, int, int]]] = {}  # storage -> (input, first byte, end byte)
     for index, tensor in enumerate(tensors):
         if tensor.numel() == 0:
             continue
-        storage = tensor.untyped_storage().data_ptr()
-        if storage in owners:
-            first, second = captured.inputs[owners[storage]].name, captured.inputs[index].name
-            written = ", ".join(sorted({m.name for m in captured.mutations}))
-            raise InputMismatch(f"inputs {first!r} and {second!r} share memory, and the function writes to "
-                                f"{written} in place: the captured program reads each input as its own tensor, "
-                                "so it would not see that write through the other. Pass separate tensors "
-                                f"({second}.clone())")
-        owners[storage] = index
+        extent = 1 + sum((int(size) - 1) * abs(int(stride)) for size, stride in zip(tensor.shape, tensor.stride()))
+        first = int(tensor.storage_offset()) * tensor.element_size()
+        spans.setdefault(tensor.untyped_storage().data_ptr(), []).append(
+            (index, first, first + extent * tensor.element_size()))
+    for shared in spans.values():
+        if len(shared) < 2:
+            continue
+        for index, first, end in shared:
+            if index not in written:
+                continue
+            for other, other_first, other_end in shared:
+                if other != index and first < other_end and other_first < end:
+                    name, other_name = captured.inputs[index].name, captured.inputs[other].name
+                    raise InputMismatch(
+                        f"inputs {name!r} and {other_name!r} share memory, and the function writes to {name!r} in "
+                        "place: the captured program reads each input as its own tensor, so it would not see that "
+                        f"write through the other. Pass separate tensors ({other_name}.clone())")
 
 
 def check_inputs(captured: CaptureResult, tensors: Sequence[torch.Tensor]) -> None:

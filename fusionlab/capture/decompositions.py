@@ -12,8 +12,9 @@ decomposition makes keeps its origin in `node.meta["original_aten"]` (as torch.e
     >>> torch.ops.aten.convolution_backward.default in DECOMPOSITIONS  # deliberately an extern op: cuDNN
     False
 
-Some decompositions write ops that have no rule yet (gather, scatter, full, arange, new_zeros): those run as extern
-ops between the kernels the rest of the decomposition fuses into, and say so.
+The ops the decompositions write (gather, the one-hot scatter, full, arange, new_zeros, slice_scatter, ...) have
+rules of their own (`decompose/rules/indexing.py`, `factories.py`); one a rule cannot take (a scatter that is not
+one-hot) runs as an extern op between the kernels, and its reason names the op it was decomposed from.
 
 The table is `torch._decomp`'s, not `torch._inductor.decomposition`'s: importing Inductor's pulls in its config and
 Dynamo, and its one override among these ops (`_softmax_backward_data`) writes Inductor's own `inductor_prims.fma`.

@@ -92,9 +92,17 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
             if isinstance(out, torch.Tensor):
                 template.append(TENSOR_SLOT)
                 returned.append(out)
+            elif isinstance(out, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                raise CaptureError(f"output {len(template)} is a size ({out}) that changes with the inputs' sizes: "
+                                   "fusionlab returns tensors; return it as a tensor (torch.tensor(x.shape[0])) or "
+                                   "read it from the output's shape")
             elif isinstance(out, (bool, int, float, str, torch.dtype, torch.device, type(None))):
                 template.append(out)
             else:  # an object holding tensors (a transformers cache): rebuilt around each call's tensors
+                if not hasattr(out, "__dict__") or hasattr(type(out), "__slots__"):
+                    raise CaptureError(f"output {len(template)} is a {type(out).__name__}, which fusionlab cannot "
+                                       "rebuild around each call's tensors (it has no __dict__): return tensors, "
+                                       "tuples, lists, dicts or dataclasses of them")
                 inside = tensors_inside(out)
                 template.append(ObjectSlot(out, inside))
                 returned.extend(inside)

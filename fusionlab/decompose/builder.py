@@ -213,6 +213,8 @@ class Builder:
         if not dtype.is_floating_point and isinstance(value, float) and value == value \
                 and value not in (float("inf"), float("-inf")):
             value = bool(value) if dtype == torch.bool else int(value)  # as torch.full(..., 2.7, dtype=int64): 2
+        if dtype in (torch.bfloat16, torch.float16) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = float(torch.tensor(float(value), dtype=dtype))  # the tensor holds the rounded value: 1000.3 -> 1000
         return self._add("pointwise", "full", (), TensorType(tuple(shape), dtype), {"value": value})
 
     def iota(self, shape: Sequence[Dim], dim: int, dtype: torch.dtype, start: Any = 0, step: Any = 1) -> Ref:
@@ -227,8 +229,11 @@ class Builder:
             raise RuleNotApplicable(f"iota start {start!r} is not a number")
         if dtype not in KERNEL_DTYPES or dtype == torch.bool:
             raise RuleNotApplicable(f"an index-valued tensor of {dtype}")
-        return self._add("pointwise", "iota", (), TensorType(tuple(shape), dtype),
-                         {"dim": dim % max(len(shape), 1), "start": start, "step": step})
+        params = {"dim": dim % max(len(shape), 1), "start": start, "step": step}
+        if dtype in (torch.bfloat16, torch.float16):  # computed in float32, then rounded as the tensor would be
+            wide = self._add("pointwise", "iota", (), TensorType(tuple(shape), torch.float32), params)
+            return self.cast(wide, dtype)
+        return self._add("pointwise", "iota", (), TensorType(tuple(shape), dtype), params)
 
     def index(self, table: Ref, indices: Sequence[Ref], dim: int, shape: Sequence[Dim], wrap: bool) -> Ref:
         """`table[:, ..., i_0, ..., i_K-1, ...]` with the K index tensors on dims dim..dim+K-1 (adjacent), giving

@@ -124,7 +124,10 @@ def _roll(b: Builder, x: Ref, shifts: Sequence[int], dims: Sequence[int] = ()) -
         raise RuleNotApplicable("roll over the flattened tensor (no dims)")
     if not all(isinstance(s, int) for s in shifts):
         raise RuleNotApplicable("a symbolic roll shift")
-    return b.roll(x, list(shifts), [d % rank for d in dims])
+    total: dict[int, int] = {}  # roll(x, (1, 2), (0, 0)) shifts dim 0 by 3
+    for shift, dim in zip(shifts, dims):
+        total[dim % rank] = total.get(dim % rank, 0) + shift
+    return b.roll(x, list(total.values()), list(total))
 
 
 def _in_range(b: Builder, shape: tuple[Dim, ...], dim: int, start: int, end: int) -> Ref:
