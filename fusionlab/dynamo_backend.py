@@ -32,7 +32,7 @@ from torch._dynamo.backends.registry import register_backend
 from fusionlab.capture import fill_template
 from fusionlab.explore import Exploration, explore
 
-__all__ = ["BackendGraph", "backend", "compile_graph", "explorations", "graphs"]
+__all__ = ["BackendGraph", "backend", "compile_graph", "explorations", "graphs", "mark", "since"]
 
 #: the explorations the backend made, newest last (the latest 64)
 explorations: deque[Exploration] = deque(maxlen=64)
@@ -70,6 +70,19 @@ class BackendGraph:
 #: the graphs compiled through the backend, labelled, newest last (the latest 64)
 graphs: deque[BackendGraph] = deque(maxlen=64)
 _numbers = itertools.count()
+_compiled = itertools.count(1)
+_serials: dict[int, int] = {}  # id(BackendGraph) -> its place among every graph compiled in this process
+
+
+def mark() -> int:
+    """How many graphs the backend has compiled so far: `since(mark())` later gives the ones compiled after it
+    (`graphs` keeps only the latest 64, so its length is no count)."""
+    return max(_serials.values(), default=0)
+
+
+def since(count: int) -> list[BackendGraph]:
+    """The graphs compiled after `mark()` returned `count`, oldest first (of those `graphs` still keeps)."""
+    return [g for g in graphs if _serials.get(id(g), 0) > count]
 
 
 def hint_int(size: int | torch.SymInt) -> int:
@@ -131,6 +144,9 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
     graph.explorations[_sizes_key(real, dynamic_positions)] = first
     specialised: dict[tuple[Any, ...], tuple[Exploration, list[torch.Tensor]]] = {
         _sizes_key(real, dynamic_positions): (first, first_constants)}
+    _serials[id(graph)] = next(_compiled)
+    if len(graphs) == graphs.maxlen:
+        _serials.pop(id(graphs[0]), None)
     graphs.append(graph)
 
     def run(*args: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from torch import nn
@@ -20,13 +21,13 @@ def test_forward_matches_eager_and_uses_fusionlab_kernels() -> None:
     torch._dynamo.reset()
     model = _model().eval()
     compiled = torch.compile(model, backend="fusionlab")
-    before = len(dynamo_backend.explorations)
+    before = dynamo_backend.mark()
     x = torch.randn(4, 16)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
-    new = list(dynamo_backend.explorations)[before:]
+    new = dynamo_backend.since(before)
     assert new, "the backend compiled no graph"
-    assert any(e.fused.kernels for e in new), "no fusionlab kernel in the compiled graphs"
+    assert any(g.exploration.fused.kernels for g in new), "no fusionlab kernel in the compiled graphs"
 
 
 def test_gradients_match_eager() -> None:
@@ -40,3 +41,21 @@ def test_gradients_match_eager() -> None:
     for expected, actual in zip(eager.parameters(), ours.parameters()):
         assert actual.grad is not None
         torch.testing.assert_close(actual.grad, expected.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_mark_and_since_count_graphs_when_the_kept_list_is_full(monkeypatch: Any) -> None:
+    """`graphs` keeps the latest few: its length stops growing, so `since(mark())` (not a slice by length) finds
+    the graphs a call compiled."""
+    from collections import deque
+
+    monkeypatch.setattr(dynamo_backend, "graphs", deque(maxlen=2))
+    for scale in (2.0, 3.0, 4.0):
+        torch._dynamo.reset()
+        torch.compile(lambda x, s=scale: x * s, backend="fusionlab")(torch.randn(3))
+    assert len(dynamo_backend.graphs) == 2
+    before = dynamo_backend.mark()
+    torch._dynamo.reset()
+    torch.compile(torch.sin, backend="fusionlab")(torch.randn(3))
+    new = dynamo_backend.since(before)
+    assert len(new) == 1 and new[0] is dynamo_backend.graphs[-1]
+    assert dynamo_backend.since(dynamo_backend.mark()) == []

@@ -197,11 +197,12 @@ def test_decomposed_nodes_name_their_op() -> None:
 def _compiled_step(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> tuple[list[Any], set[str]]:
     """Loss and gradients of `fn` compiled with fusionlab, and the extern ops of the graphs it compiled."""
     torch._dynamo.reset()
-    before = len(dynamo_backend.explorations)
+    before = dynamo_backend.mark()
     loss = torch.compile(fn, backend="fusionlab")(*inputs)
     loss.backward()
     grads = [t.grad for t in inputs if t.requires_grad]
-    return [loss.detach(), *grads], _extern_ops(list(dynamo_backend.explorations)[before:])
+    explored = [e for g in dynamo_backend.since(before) for e in g.explorations.values()]
+    return [loss.detach(), *grads], _extern_ops(explored)
 
 
 def _eager_step(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> list[Any]:
@@ -337,7 +338,7 @@ def _reasons(explorations: Iterable[Any]) -> dict[str, str]:
 
 def test_deliberate_externs_say_why() -> None:
     torch._dynamo.reset()
-    before = len(dynamo_backend.explorations)
+    before = dynamo_backend.mark()
     conv = nn.Conv2d(3, 4, 3)
     table = nn.Embedding(10, 8)
 
@@ -350,7 +351,7 @@ def test_deliberate_externs_say_why() -> None:
               torch.randn(4, 8, requires_grad=True), torch.randn(8, 4, requires_grad=True),
               torch.randn(1, 2, 4, 8, requires_grad=True)]
     torch.compile(fn, backend="fusionlab")(*inputs).backward()
-    reasons = _reasons(list(dynamo_backend.explorations)[before:])
+    reasons = _reasons([e for g in dynamo_backend.since(before) for e in g.explorations.values()])
     assert "cuBLAS" in reasons["mm"]
     assert "cuDNN" in reasons["convolution"] and "cuDNN" in reasons["convolution_backward"]
     assert "sliding-window" in reasons["max_pool2d_with_indices"]

@@ -96,9 +96,9 @@ def test_explore_training_step_matches_eager(name: str) -> None:
 def test_backend_training_step_matches_eager(name: str) -> None:
     torch._dynamo.reset()
     model, inputs = models.build(name, train=True)
-    before = len(dynamo_backend.graphs)
+    before = dynamo_backend.mark()
     _compare_training(torch.compile(model, backend="fusionlab"), model, inputs)
-    new = list(dynamo_backend.graphs)[before:]
+    new = dynamo_backend.since(before)
     roles = {(g.index, g.role) for g in new}
     assert any((index, "backward") in roles for index, role in roles if role == "forward"), roles
     largest = max((g for g in new if g.role == "backward"), key=lambda g: len(g.graph_module.graph.nodes))
@@ -111,10 +111,11 @@ def test_backend_after_recompiles_with_new_sizes(name: str) -> None:
     torch._dynamo.reset()
     model, inputs = models.build(name)
     compiled = torch.compile(model, backend="fusionlab")
+    before = dynamo_backend.mark()
     for length in (16, 12, 9):
         cut = {key: value[:, :length] for key, value in inputs.items()}
         _compare_inference(compiled, model, cut)
-    assert any(g.dynamic and len(g.explorations) == 2 for g in dynamo_backend.graphs)
+    assert any(g.dynamic and len(g.explorations) == 2 for g in dynamo_backend.since(before))
 
 
 def test_backend_training_after_a_new_batch_size() -> None:
@@ -135,9 +136,9 @@ def test_backend_labels_graph_breaks() -> None:
         return y.softmax(-1)
 
     x = torch.randn(4, 8)
-    before = len(dynamo_backend.graphs)
+    before = dynamo_backend.mark()
     torch.testing.assert_close(torch.compile(branchy, backend="fusionlab")(x), branchy(x))
-    new = list(dynamo_backend.graphs)[before:]
+    new = dynamo_backend.since(before)
     assert len({g.index for g in new}) == 2
     first = min(new, key=lambda g: g.index)
     assert "graph break at" in first.ended_by and "if/while on a tensor" in first.ended_by, first.ended_by

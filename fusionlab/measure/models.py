@@ -143,7 +143,7 @@ def bench_model(name: str, *, mode: str = "inference", size: str | None = None, 
         model, inputs = models.build(name, size, device=where, dtype=dtype, train=train)
         row["batch"] = next(iter(inputs.values())).shape[0]
         torch._dynamo.reset()
-        before = len(dynamo_backend.graphs)
+        before = dynamo_backend.mark()
         ours = torch.compile(model, backend="fusionlab")
         inductor = torch.compile(model)
         eager_step, our_step, inductor_step = (_step(model, run, inputs, train) for run in (model, ours, inductor))
@@ -158,7 +158,7 @@ def bench_model(name: str, *, mode: str = "inference", size: str | None = None, 
         row["tolerance"] = max(floor, 2 * row["inductor_err"])
         row["correct"] = row["fusionlab_err"] <= row["tolerance"]
 
-        compiled = list(dynamo_backend.graphs)[before:]
+        compiled = dynamo_backend.since(before)
         row["fusionlab_graphs"] = len(compiled)
         row["fusionlab_kernels"] = sum(len(g.exploration.fused.kernels) for g in compiled)
         row["fusionlab_externs"] = sum(sum(1 for grp in g.exploration.fused.groups if grp.kind == "extern")
