@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import html
+import importlib
+import logging
 import re
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -346,3 +349,80 @@ def test_user_names_are_escaped_in_every_widget() -> None:
     assert "<script" not in explorer.graph.svg and "<script" not in str(bundle_of(explorer)["text/html"])
     for stage in (ex.captured, ex.decomposed, ex.fused, ex.generated):
         assert "<script" not in str(bundle_of(stage.show())["text/html"])
+
+
+# ---- no red stderr on a CPU-only machine ----------------------------------------------------------------
+
+_RED_LINES = ("Could not find an active CPU backend", "No CUDA runtime is found", "CUDA initialization")
+
+
+def test_explorer_on_a_cpu_prints_nothing_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    from fusionlab.display import session
+
+    class WarnsLikeInductor:
+        """Inductor asked for Triton source on a CPU warns that the kernels will not run: we asked for that."""
+
+        def inductor(self, cpu_backend: str) -> str:
+            warnings.warn("Could not find an active CPU backend. Generated kernels will not be executable!",
+                          stacklevel=1)
+            return f"view ({cpu_backend})"
+
+    # pytest keeps warnings off stderr: record them, as a notebook would print them.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert session.inductor_for(WarnsLikeInductor()) == "view (triton)"
+        ex = fl.explore(block, torch.randn(8, 32), torch.randn(32, 16), torch.randn(16))
+        explorer = ex.show()
+        explorer.graph.set_state({"selected": "erf"})
+    lines = capfd.readouterr().err.splitlines() + [str(warning.message) for warning in caught]
+    assert not [line for line in lines if any(red in line for red in _RED_LINES)], lines
+
+
+def test_benchmark_on_a_cpu_prints_nothing_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    ex = fl.explore(lambda x: torch.nn.functional.gelu(x) * 2, torch.randn(8, 32))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        TimingPlot(ex).run(repeat=1)
+    lines = capfd.readouterr().err.splitlines() + [str(warning.message) for warning in caught]
+    assert not [line for line in lines if any(red in line for red in _RED_LINES)], lines
+
+
+def test_a_cuda_build_of_torch_on_a_cpu_looks_for_the_toolkit_quietly(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A CUDA wheel of torch on a laptop: the benchmark's Inductor (C++ on a CPU) imports cpp_extension, whose
+    import asks CUDA and logs "No CUDA runtime is found". The benchmark counts eager's launches first: by then
+    the lookup is done, quietly. (Only the lookup runs under the stand-in CUDA build: Dynamo would not.)"""
+    import sys
+
+    import torch.utils
+
+    from fusionlab.measure import timing
+
+    importlib.import_module("torch.utils.cpp_extension")  # the real one: put back when the test ends
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))  # a toolkit folder, as /usr/local/cuda often is
+    monkeypatch.delitem(sys.modules, "torch.utils.cpp_extension")
+    monkeypatch.delattr(torch.utils, "cpp_extension")
+    quiet = getattr(timing, "quiet_cuda_toolkit_lookup", None)
+    if quiet is not None:
+        quiet.cache_clear()
+    # torch's own handler may hold a stream an earlier test replaced: listen on the logger itself as well.
+    records: list[logging.LogRecord] = []
+    listener = logging.Handler()
+    listener.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("torch.utils.cpp_extension").addHandler(listener)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert timing.count_launches(lambda: torch.ones(4) + 1, torch.device("cpu")) >= 1
+            cpp_extension = importlib.import_module("torch.utils.cpp_extension")  # what Inductor's compile does
+    finally:
+        logging.getLogger("torch.utils.cpp_extension").removeHandler(listener)
+        if quiet is not None:
+            quiet.cache_clear()  # the next test's torch is the real one again
+    lines = capfd.readouterr().err.splitlines() + [str(warning.message) for warning in caught]
+    lines += [record.getMessage() for record in records]
+    assert not [line for line in lines if any(red in line for red in _RED_LINES)], lines
+    assert cpp_extension.CUDA_HOME == str(tmp_path)  # looked up, quietly

@@ -8,6 +8,7 @@ Inductor's Triton kernel rather than its C++; on CUDA Inductor compiles and runs
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any
 
@@ -22,7 +23,11 @@ def inductor_for(exploration: Any, cpu_backend: str = "triton") -> InductorView:
     """Inductor's kernels and decisions for `exploration`'s function (Triton source on a CPU by default)."""
     cached = _VIEWS.setdefault(exploration, {})
     if cpu_backend not in cached:
-        cached[cpu_backend] = exploration.inductor(cpu_backend="triton" if cpu_backend == "triton" else "cpp")
+        with warnings.catch_warnings():
+            # Triton source on a CPU is generated, never run (the views say so): Inductor's warning that the
+            # kernels will not be executable, printed in red under the cell, is about a choice we made.
+            warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
+            cached[cpu_backend] = exploration.inductor(cpu_backend="triton" if cpu_backend == "triton" else "cpp")
     return cached[cpu_backend]
 
 

@@ -9,7 +9,11 @@ On a CPU, times are wall-clock medians and eager "launches" are the aten operato
 
 from __future__ import annotations
 
+import functools
+import importlib
+import logging
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -32,8 +36,31 @@ __all__ = [
     "median_cuda_ms",
     "median_wall_ms",
     "node_flops",
+    "quiet_cuda_toolkit_lookup",
     "tolerance",
 ]
+
+
+@functools.cache
+def quiet_cuda_toolkit_lookup() -> None:
+    """Let a CUDA build of torch on a machine with no GPU look for the CUDA toolkit once, quietly.
+
+    Inductor's C++ backend (the benchmark's Inductor column on a CPU) imports `torch.utils.cpp_extension`,
+    whose import asks CUDA whether it is there and logs "No CUDA runtime is found, using CUDA_HOME=..." in red
+    under the cell when a toolkit folder exists. We cause that import, so we make it first, with the note and
+    CUDA's own "no driver" warning held back. A CPU build of torch (no CUDA) has nothing to look up.
+    """
+    if torch.version.cuda is None or "torch.utils.cpp_extension" in sys.modules:
+        return
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            importlib.import_module("torch.utils.cpp_extension")  # its import is the lookup
+    finally:
+        logger.setLevel(level)
 
 
 def device_of(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> torch.device:
@@ -114,6 +141,7 @@ def count_launches(run: Callable[[], Any], device: torch.device) -> int:
     """Kernel launches per call: profiled on CUDA; aten calls that do work elsewhere."""
     if device.type == "cuda":
         return cuda_kernel_ms(run, iterations=3)[1]
+    quiet_cuda_toolkit_lookup()  # before the benchmark's Inductor compiles for the CPU
     counter = _OperatorCounter()
     with counter:
         run()
