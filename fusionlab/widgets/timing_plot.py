@@ -56,11 +56,11 @@ class TimingPlot(StaticFallback, ipywidgets.VBox):
                           ipywidgets.Accordion(children=[self.table], titles=("table",))], **kwargs)
         self.add_class("fusionlab-timing-plot")
         self.views.observe(lambda change: setattr(self, "view", change["new"]), names="value")
-        self.observe(self._view_changed, names="view")
+        self.observe(self._on_view, names="view")
         self.button.on_click(lambda _: self.run())
         self.redraw()
 
-    def _view_changed(self, change: dict[str, Any]) -> None:
+    def _on_view(self, change: dict[str, Any]) -> None:
         # `plot.view = ...` from Python must move the highlighted button too: a button left on "programs"
         # while the chart shows the roofline would ignore the click that should bring the programs back.
         if self.views.value != change["new"]:
