@@ -13,7 +13,6 @@ left empty and labelled so; eager and Inductor are measured at a fixed thread co
 from __future__ import annotations
 
 import contextlib
-import csv
 import datetime
 import statistics
 import time
@@ -206,29 +205,11 @@ def bench_models(names: Sequence[str] | None = None, *, modes: Sequence[str] = (
     return rows
 
 
-def models_stem(rows: Sequence[dict[str, Any]]) -> str:
-    """`bench_models_h200` for rows measured on an NVIDIA H200; `bench_models_cpu` on a CPU."""
-    from fusionlab.measure.suite import results_stem
-
-    return results_stem([{"gpu": next((r["gpu"] for r in rows if r.get("gpu")), "none (cpu)")}]).replace(
-        "bench_", "bench_models_", 1)
-
-
 def write_model_results(rows: Sequence[dict[str, Any]], folder: str | Path) -> tuple[Path, Path]:
-    """Write `<stem>.csv` and `<stem>.md` into `folder`; returns both paths."""
-    from fusionlab.measure.report import format_cell
+    """Write `bench_models_<gpu>.csv` and `.md` into `folder`; returns both paths."""
+    from fusionlab.measure.suite import results_stem, write_table
 
-    directory = Path(folder)
-    directory.mkdir(parents=True, exist_ok=True)
-    stem = models_stem(rows)
-    csv_path, markdown_path = directory / f"{stem}.csv", directory / f"{stem}.md"
-    with csv_path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(MODEL_COLUMNS))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({column: format_cell(row.get(column)) for column in MODEL_COLUMNS})
-    markdown_path.write_text(model_table(rows) + "\n", encoding="utf-8")
-    return csv_path, markdown_path
+    return write_table(rows, folder, results_stem(rows, prefix="bench_models"), MODEL_COLUMNS, model_table)
 
 
 def model_table(rows: Sequence[dict[str, Any]]) -> str:

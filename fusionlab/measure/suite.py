@@ -23,7 +23,7 @@ from fusionlab.measure.report import format_cell
 from fusionlab.measure.workloads import Size, Workload, default_dtype, get, names
 
 __all__ = ["KERNEL_COLUMNS", "SUITE_COLUMNS", "kernel_rows", "markdown_table", "results_stem", "run_suite",
-           "summary_row", "write_kernel_results", "write_results"]
+           "summary_row", "write_kernel_results", "write_results", "write_table"]
 
 SUITE_COLUMNS: tuple[str, ...] = (
     "workload", "dtype", "shape", "bound",
@@ -171,28 +171,34 @@ def _base_row(workload: Workload, inputs: tuple[Any, ...], dtype: torch.dtype, d
     return row
 
 
-def results_stem(rows: Sequence[dict[str, Any]]) -> str:
-    """`bench_h200` for rows measured on an NVIDIA H200; `bench_cpu` on a CPU."""
-    gpu = str(rows[0]["gpu"]) if rows else "none (cpu)"
+def results_stem(rows: Sequence[dict[str, Any]], prefix: str = "bench") -> str:
+    """`bench_h200` for rows measured on an NVIDIA H200 (the first row naming a GPU decides); `bench_cpu` on a CPU.
+    `prefix="bench_models"` names the model rows' files."""
+    gpu = next((str(row["gpu"]) for row in rows if row.get("gpu")), "none (cpu)")
     if gpu.startswith("none"):
-        return "bench_cpu"
+        return f"{prefix}_cpu"
     words = [word for word in re.split(r"[^A-Za-z0-9]+", gpu.lower()) if word and word != "nvidia"]
-    return "bench_" + "_".join(words[:2])
+    return f"{prefix}_" + "_".join(words[:2])
+
+
+def write_table(rows: Sequence[dict[str, Any]], folder: str | Path, stem: str, columns: Sequence[str],
+                markdown: Callable[[Sequence[dict[str, Any]]], str]) -> tuple[Path, Path]:
+    """Write `<stem>.csv` (the `columns` of each row) and `<stem>.md` (`markdown(rows)`) into `folder`."""
+    directory = Path(folder)
+    directory.mkdir(parents=True, exist_ok=True)
+    csv_path, markdown_path = directory / f"{stem}.csv", directory / f"{stem}.md"
+    with csv_path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({column: format_cell(row.get(column)) for column in columns})
+    markdown_path.write_text(markdown(rows) + "\n", encoding="utf-8")
+    return csv_path, markdown_path
 
 
 def write_results(rows: Sequence[dict[str, Any]], folder: str | Path) -> tuple[Path, Path]:
     """Write `<stem>.csv` and `<stem>.md` into `folder`; returns both paths."""
-    directory = Path(folder)
-    directory.mkdir(parents=True, exist_ok=True)
-    stem = results_stem(rows)
-    csv_path, markdown_path = directory / f"{stem}.csv", directory / f"{stem}.md"
-    with csv_path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(SUITE_COLUMNS))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({column: format_cell(row.get(column)) for column in SUITE_COLUMNS})
-    markdown_path.write_text(markdown_table(rows) + "\n", encoding="utf-8")
-    return csv_path, markdown_path
+    return write_table(rows, folder, results_stem(rows), SUITE_COLUMNS, markdown_table)
 
 
 def kernel_rows(report: BenchReport) -> list[dict[str, Any]]:
