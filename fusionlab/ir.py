@@ -117,7 +117,8 @@ class Node:
 
     `op` names the primitive ("add", "sum", "permute", ...) or, for extern nodes, the aten op.
     `params` holds the op's static parameters as sorted (key, value) pairs; `origin` is the captured aten
-    node it was decomposed from.
+    node it was decomposed from, `module` the dotted path of the module that called it
+    ("transformer.h.0.attn.c_attn", "" at the top level) and `source` the user's line ("model.py:12 in forward").
     """
 
     name: str
@@ -127,6 +128,8 @@ class Node:
     type: TensorType
     params: tuple[tuple[str, Any], ...] = ()
     origin: str = ""
+    module: str = ""
+    source: str = ""
 
     def param(self, key: str, default: Any = None) -> Any:
         for name, value in self.params:

@@ -93,6 +93,8 @@ class AtenNode:
     type: TensorType | None
     args_text: str
     decomposed_from: str | None = None  # the aten op a capture decomposition replaced ("aten.gelu_backward")
+    module: str = ""  # dotted module path from the model root ("transformer.h.0.attn.c_attn"); "" at the top level
+    source: str = ""  # the user's source line, "modeling_gpt2.py:123 in forward"; "" when unknown
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ class KernelSource:
     domain: Domain
     heavy: int = 0  # special-function ops and extra stores per element: more warps hide their latency
     accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live at once (block sizes shrink)
+    modules: tuple[str, ...] = ()  # module paths of the group's compute nodes (FusionGroup.modules)
 
     @property
     def constexprs(self) -> tuple[str, ...]:

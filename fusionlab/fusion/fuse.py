@@ -52,10 +52,29 @@ class FusionGroup:
     bytes_written: int
     origins: tuple[str, ...]
     domain: Domain | None
+    modules: tuple[str, ...] = ()  # module paths of its compute nodes, in program order, each once
 
     @property
     def is_kernel(self) -> bool:
         return self.kind in KERNEL_GROUP_KINDS
+
+    @property
+    def module(self) -> str:
+        """The longest dotted prefix its modules share ("transformer.h.0.attn"), "" if none."""
+        return common_module(self.modules)
+
+
+def common_module(modules: Iterable[str]) -> str:
+    """The longest dotted prefix of `modules`: ("h.0.attn.q", "h.0.attn.k") -> "h.0.attn"; "" if none."""
+    paths = [m.split(".") for m in modules]
+    if not paths or any(not m or m == [""] for m in paths):
+        return ""
+    shared: list[str] = []
+    for parts in zip(*paths):
+        if any(p != parts[0] for p in parts):
+            break
+        shared.append(parts[0])
+    return ".".join(shared)
 
 
 @dataclass(frozen=True)
@@ -309,8 +328,10 @@ def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], 
     label = "_".join(dict.fromkeys(o.replace(".", "_") for o in ops))
     name = f"{info.kind}_{index}_{label[:48]}"
     origins = tuple(dict.fromkeys(n.origin for n in nodes))
+    computing = [n for n in nodes if n.kind != "view"] or nodes
+    modules = tuple(dict.fromkeys(n.module for n in computing if n.module))
     return FusionGroup(name, info.kind, tuple(members), tuple(inputs), tuple(stored), read, written, origins,
-                       domain)
+                       domain, modules)
 
 
 def _traffic(graph: Graph, members: Sequence[str], stored: Sequence[str]) -> tuple[int, int]:
