@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 import fusionlab as fl
@@ -67,3 +69,23 @@ def test_compare_policies_table() -> None:
     assert list(table.policy) == ["none", "default"]
     assert table.kernels.iloc[0] > table.kernels.iloc[1] and table["bytes moved"].iloc[0] > table["bytes moved"].iloc[1]
     assert table.verified.all()
+
+
+def test_group_labels_count_compute_primitives_not_views() -> None:
+    from fusionlab.display.graph import graph_blocks
+    from fusionlab.display.tables import groups_table
+
+    def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias)
+
+    ex = fl.explore(layer_norm, torch.randn(4, 16), torch.randn(16), torch.randn(16), policy=Budget(4))
+    graph = ex.decomposed.graph
+    assert any(graph[n].kind == "view" for g in ex.fused.groups for n in g.nodes), "the case must hold views"
+    blocks = graph_blocks(ex.fused, step=len(ex.fused.decisions))
+    counts = [int(block.label.split("\n")[1].split()[0]) for block in blocks]
+    assert counts == [sum(graph[n].kind in ("pointwise", "reduction") for n in block.members) for block in blocks]
+    assert max(counts) <= 4, f"Budget(4) groups are labelled {counts}"
+    table = re.sub(r" (style|data-row)='[^']*'", "", groups_table(ex.fused))
+    for group in ex.fused.kernels:
+        computing = sum(graph[n].kind in ("pointwise", "reduction") for n in group.nodes)
+        assert f"<td>{group.name}</td><td>{group.kind}</td><td>{computing}</td>" in table

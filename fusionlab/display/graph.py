@@ -92,7 +92,7 @@ def graph_blocks(fused: Fused, step: int | None = None) -> tuple[Block, ...]:
     final_index = {name: i for i, group in enumerate(fused.groups) for name in group.nodes}
     if step is None:
         return tuple(Block(g.nodes, g.kind, g.name, i, f"{g.name}\n{g.kind}: reads {g.bytes_read:,} B, writes "
-                           f"{g.bytes_written:,} B", _group_tooltip(g)) for i, g in enumerate(fused.groups))
+                           f"{g.bytes_written:,} B", _group_tooltip(g, graph)) for i, g in enumerate(fused.groups))
     blocks = []
     for members in fused.groups_after(step):
         index = final_index.get(members[0], 0)
@@ -100,13 +100,15 @@ def graph_blocks(fused: Fused, step: int | None = None) -> tuple[Block, ...]:
         complete = set(members) == set(final.nodes)
         kind = group_kind(graph[m].kind for m in members)
         label = final.name if complete else f"part of {final.name}"
-        blocks.append(Block(tuple(members), kind, final.name, index, f"{label}\n{len(members)} primitives",
+        computing = sum(graph[m].kind not in ("view", "input") for m in members)  # views are index arithmetic
+        blocks.append(Block(tuple(members), kind, final.name, index, f"{label}\n{computing} primitives",
                             f"{', '.join(members)} (ends up in {final.name})"))
     return tuple(blocks)
 
 
-def _group_tooltip(group: Any) -> str:
-    return (f"{group.name}: {group.kind} kernel over {len(group.nodes)} primitives; reads "
+def _group_tooltip(group: Any, graph: Any) -> str:
+    computing = sum(graph[n].kind not in ("view", "input") for n in group.nodes)  # views are index arithmetic
+    return (f"{group.name}: {group.kind} kernel over {computing} primitives; reads "
             f"{', '.join(group.inputs)}; writes {', '.join(group.outputs)}")
 
 

@@ -71,7 +71,8 @@ def groups_table(fused: Fused, selected: str | None = None, max_height: str = ""
         if selected is not None and (selected == group.name or selected in group.nodes):
             marked.append(len(rows))
         ops = [graph[n].op for n in group.nodes if graph[n].kind != "input"]
-        rows.append([group.name, group.kind, len(ops), ", ".join(ops[:12]) + (" ..." if len(ops) > 12 else ""),
+        computing = sum(graph[n].kind not in ("view", "input") for n in group.nodes)  # views are index arithmetic
+        rows.append([group.name, group.kind, computing, ", ".join(ops[:12]) + (" ..." if len(ops) > 12 else ""),
                      ", ".join(group.origins), group.bytes_read, group.bytes_written])
     if views:
         if selected is not None and any(selected == g.name or selected in g.nodes for g in views):

@@ -117,7 +117,9 @@ class SourceCompare(StaticFallback, ipywidgets.VBox):
         group = find_group(self.fused, self.group)
         if group is None:
             return ""
-        text = (f"{group.name}: {group.kind}, {len(group.nodes)} primitives from aten nodes "
+        graph = self.fused.previous.graph
+        computing = sum(graph[n].kind not in ("view", "input") for n in group.nodes)  # views are index arithmetic
+        text = (f"{group.name}: {group.kind}, {computing} primitives from aten nodes "
                 f"{', '.join(group.origins)}; reads {group.bytes_read:,} B, writes {group.bytes_written:,} B")
         return f"<div style='{style.NOTE_STYLE}'>{html.escape(text)}</div>"
 
