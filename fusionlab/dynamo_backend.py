@@ -31,6 +31,7 @@ from torch._dynamo.backends.registry import register_backend
 
 from fusionlab.capture import fill_template
 from fusionlab.explore import Exploration, explore
+from fusionlab.runtime.cudagraphs import cudagraph_mode
 
 __all__ = ["BackendGraph", "backend", "compile_graph", "explorations", "graphs", "mark", "since"]
 
@@ -117,13 +118,14 @@ def _sizes_key(args: Sequence[Any], positions: Sequence[int]) -> tuple[Any, ...]
     return tuple(tuple(args[i].shape) if isinstance(args[i], torch.Tensor) else args[i] for i in positions)
 
 
-def _explore(graph: BackendGraph, args: Sequence[Any]) -> tuple[Exploration, list[torch.Tensor]]:
+def _explore(graph: BackendGraph, args: Sequence[Any],
+             cudagraphs: bool | str = False) -> tuple[Exploration, list[torch.Tensor]]:
     """Explore `graph` at the sizes of `args` (real values), build its kernels now, and find the tensors the graph
     holds itself (constants made inside the function), which lead its inputs."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with torch._guards.tracing(None), unset_fake_temporarily():
-        ex = explore(graph.graph_module, *args)
+        ex = explore(graph.graph_module, *args, cudagraphs=cudagraphs)
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
         held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
         constants = [held[spec.name][0].detach() for spec in ex.captured.result.inputs if spec.kind != "input"]
@@ -132,15 +134,16 @@ def _explore(graph: BackendGraph, args: Sequence[Any]) -> tuple[Exploration, lis
 
 
 def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *, index: int | None = None,
-                  role: str = "forward", ended_by: str = "") -> Callable[..., Any]:
-    """Compile one aten graph (forward, backward or inference) into fusionlab kernels."""
+                  role: str = "forward", ended_by: str = "", cudagraphs: bool | str = False) -> Callable[..., Any]:
+    """Compile one aten graph (forward, backward or inference) into fusionlab kernels (replayed from CUDA graphs
+    with `cudagraphs=`, as in `explore`)."""
     from functorch.compile import make_boxed_func
 
     dynamic_positions = [i for i, value in enumerate(example_inputs) if _is_symbolic(value)]
     graph = BackendGraph(next(_numbers) if index is None else index, role, graph_module, ended_by,
                          bool(dynamic_positions))
     real = [_real(v) for v in example_inputs]
-    first, first_constants = _explore(graph, real)
+    first, first_constants = _explore(graph, real, cudagraphs)
     graph.explorations[_sizes_key(real, dynamic_positions)] = first
     specialised: dict[tuple[Any, ...], tuple[Exploration, list[torch.Tensor]]] = {
         _sizes_key(real, dynamic_positions): (first, first_constants)}
@@ -154,7 +157,7 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
         if dynamic_positions:
             key = _sizes_key(args, dynamic_positions)
             if key not in specialised:
-                specialised[key] = _explore(graph, args)
+                specialised[key] = _explore(graph, args, cudagraphs)
                 graph.explorations[key] = specialised[key][0]
             ex, constants = specialised[key]
         outputs = iter(ex.run_flat(constants + [a for a in args if isinstance(a, torch.Tensor)]))
@@ -185,18 +188,35 @@ def _graph_break() -> str:
     return f"graph break{where}: {text}"
 
 
-def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *, mode: str | None = None,
+            options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The Dynamo backend: each Dynamo graph gets a number, AOTAutograd splits it into forward and backward (or one
-    inference graph), and each of those is compiled by `compile_graph` under that label."""
+    inference graph), and each of those is compiled by `compile_graph` under that label.
+
+    `torch.compile(model, backend="fusionlab", options={"cudagraphs": True})` replays every graph from CUDA graphs
+    (`"overwrite"` as in `explore`); `mode="reduce-overhead"` is the same as `options={"cudagraphs": True}`."""
+    cudagraphs = _cudagraphs_option(mode, options or {})
     index = next(_numbers)
     ended_by = _graph_break()
 
     def compiler(role: str) -> Callable[..., Any]:
-        return functools.partial(compile_graph, index=index, role=role, ended_by=ended_by)
+        return functools.partial(compile_graph, index=index, role=role, ended_by=ended_by, cudagraphs=cudagraphs)
 
     split = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                          inference_compiler=compiler("inference"))
     return split(graph_module, example_inputs)  # type: ignore[no-any-return]
+
+
+def _cudagraphs_option(mode: str | None, options: dict[str, Any]) -> bool | str:
+    """torch.compile's `mode=` and `options=` as the backend reads them (Dynamo passes both to a custom backend)."""
+    unknown = sorted(set(options) - {"cudagraphs"})
+    if unknown:
+        raise ValueError(f"the fusionlab backend has no option {', '.join(map(repr, unknown))}: its options are "
+                         "{'cudagraphs': False | True | 'overwrite'}")
+    if mode not in (None, "default", "reduce-overhead"):
+        raise ValueError(f"the fusionlab backend takes mode='default' or 'reduce-overhead' (CUDA graphs), got "
+                         f"{mode!r}")
+    return cudagraph_mode(options.get("cudagraphs", mode == "reduce-overhead"))
 
 
 register_backend(name="fusionlab")(backend)

@@ -26,6 +26,7 @@ from fusionlab.decompose import decomposition_rules
 from fusionlab.eager_grad import needs_grad, run_with_grad
 from fusionlab.fusion.policy import Policy, resolve_policy
 from fusionlab.localise import Programs
+from fusionlab.runtime.cudagraphs import CudaGraphs, cudagraph_mode, refuse_cpu
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated, capture
 from fusionlab.verify import VerifyReport, verify_call
 
@@ -44,7 +45,7 @@ class Exploration:
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  policy: str | Policy = "default", dynamic: bool = False, forbid: Sequence[tuple[str, str]] = (),
                  force: Sequence[tuple[str, str]] = (), looped_reductions: bool = False, autotune: bool = False,
-                 matmul: str = "extern", captured: Captured | None = None,
+                 matmul: str = "extern", cudagraphs: bool | str = False, captured: Captured | None = None,
                  decomposed: Decomposed | None = None) -> None:
         self.fn = fn
         self.example_args = args
@@ -57,6 +58,10 @@ class Exploration:
         self.autotune = autotune
         self.matmul = matmul
         self._rules = decomposition_rules(matmul)  # checks the option now, not at the first stage
+        self.cudagraphs = cudagraph_mode(cudagraphs)
+        if self.cudagraphs:
+            held = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
+            refuse_cpu(pytree.tree_leaves((args, kwargs)) + held, "the example inputs")
         if decomposed is not None:
             if captured is not None and decomposed.previous is not captured:
                 raise ValueError("decomposed= was not made from captured=: pass one of them, or the decomposition "
@@ -99,6 +104,13 @@ class Exploration:
     def compiled(self) -> Compiled:
         return self.generated.compile(self.autotune)
 
+    @functools.cached_property
+    def graphed(self) -> CudaGraphs:
+        """The compiled program replayed from CUDA graphs (with `cudagraphs=`; fusionlab.runtime.cudagraphs)."""
+        static = [i for i, spec in enumerate(self.captured.inputs) if spec.kind != "input"]
+        name = getattr(self.fn, "__name__", type(self.fn).__name__)
+        return CudaGraphs(self.compiled, static=static, clone_outputs=self.cudagraphs != "overwrite", name=name)
+
     # -- running --------------------------------------------------------------------------------
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
         state = self.captured.result.state
@@ -120,7 +132,7 @@ class Exploration:
         function wrote into its inputs or buffers are copied back into them, as eager would have."""
         result = self.captured.result
         with torch.no_grad():
-            outputs = tuple(self.compiled(*tensors))
+            outputs = tuple(self.graphed(*tensors) if self.cudagraphs else self.compiled(*tensors))
             if not result.mutations:
                 return outputs
             for mutation in result.mutations:
@@ -166,7 +178,8 @@ class Exploration:
         result = Exploration(self.fn, self.example_args, self.example_kwargs, policy=self.policy,
                              dynamic=self.dynamic, forbid=self.forbid + tuple(forbid),
                              force=self.force + tuple(force), looped_reductions=self.looped_reductions,
-                             autotune=self.autotune, matmul=self.matmul, decomposed=self.decomposed)
+                             autotune=self.autotune, matmul=self.matmul, cudagraphs=self.cudagraphs,
+                             decomposed=self.decomposed)
         result.fused  # noqa: B018 - validate the request now: an illegal forced fusion raises here
         return result
 
@@ -203,24 +216,27 @@ class Exploration:
 
 def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy = "default",
             dynamic: bool = False, looped_reductions: bool = False, autotune: bool = False,
-            matmul: str = "extern", kwargs: dict[str, Any] | None = None, **example_kwargs: Any) -> Exploration:
+            matmul: str = "extern", cudagraphs: bool | str = False, kwargs: dict[str, Any] | None = None,
+            **example_kwargs: Any) -> Exploration:
     """Start exploring `fn` on example inputs. Nothing runs until a stage is asked for.
 
     `looped_reductions=True` forces looped reductions even where a row fits in registers; `autotune=True` times a
     small set of block sizes and warps per kernel and shape on the first CUDA launch and keeps the fastest (the
     choices and their timings are on `ex.compiled.kernels`). `matmul="triton"` turns 2-D matrix products (mm,
     addmm, F.linear) into generated Triton matmuls with their pointwise consumers fused as an epilogue; the default
-    `"extern"` runs them in cuBLAS between kernels. Keyword arguments of `fn` go after the inputs
-    (`explore(fn, x, scale=2.0)`), or in `kwargs={...}` where one is named like an option of explore."""
+    `"extern"` runs them in cuBLAS between kernels. `cudagraphs=True` (CUDA only) replays each call from a CUDA graph
+    captured per input layout and returns copies of the outputs; `cudagraphs="overwrite"` returns the graph's own
+    output memory, overwritten by the next call (fusionlab.runtime.cudagraphs). Keyword arguments of `fn` go after
+    the inputs (`explore(fn, x, scale=2.0)`), or in `kwargs={...}` where one is named like an option of explore."""
     if not callable(fn):
         raise TypeError(f"explore() needs a function or nn.Module, got {type(fn).__name__}")
     if kwargs is None:
         _refuse_ambiguous_options(fn, {"policy": policy, "dynamic": dynamic, "looped_reductions": looped_reductions,
-                                       "autotune": autotune, "matmul": matmul})
+                                       "autotune": autotune, "matmul": matmul, "cudagraphs": cudagraphs})
     else:
         example_kwargs = {**kwargs, **example_kwargs}
     return Exploration(fn, example_inputs, example_kwargs, policy=policy, dynamic=dynamic,
-                       looped_reductions=looped_reductions, autotune=autotune, matmul=matmul)
+                       looped_reductions=looped_reductions, autotune=autotune, matmul=matmul, cudagraphs=cudagraphs)
 
 
 def _refuse_ambiguous_options(fn: Callable[..., Any], given: dict[str, Any]) -> None:

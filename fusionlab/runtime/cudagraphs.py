@@ -1,0 +1,227 @@
+"""CUDA graphs: a program's launches captured once per input layout and replayed with one call.
+
+A replay issues every kernel of a call in one `cudaGraphLaunch`, so the host's per-launch Python (about 36 µs a
+launch on the H200 host for BERT) is paid once, at capture. What that needs, and what this module does:
+- static input buffers: the captured kernels read fixed addresses, so each call's inputs are copied into buffers
+  made at capture (one `torch._foreach_copy_`). Parameters (and inputs the caller names in `static=`, and outputs of
+  another graph when outputs are not cloned) are read in place instead; a call that brings one of those at another
+  address captures again.
+- one capture per input layout (shapes, strides, dtypes): a new batch size captures a new graph, at most
+  `max_graphs` per function (then the call is refused, as a sign of sizes that never settle).
+- warm-up before capture, on a side stream: the first calls compile the kernels, pick launchers and let cuBLAS make
+  its workspace, none of which may happen while a stream is capturing.
+- a private memory pool per function, shared by its layouts (they never run at the same time).
+- outputs: the graph writes its outputs to the same memory on every replay. By default each call returns copies
+  (`clone_outputs=True`: one more read and write of the outputs' bytes), so results of an earlier call stay as they
+  were. With `clone_outputs=False` the outputs are that memory itself, overwritten by the next call, as
+  Inductor's `mode="reduce-overhead"` does: read them (or `.clone()` them) before the next call. Each replay then
+  bumps the outputs' version counters, so autograd refuses a backward whose saved activations a second forward
+  overwrote ("modified by an inplace operation") instead of computing with them.
+- random ops (dropout): the RNG state is put back after warm-up and capture, so that the first replay draws what an
+  eager call would have drawn from the same seed; each replay then advances the generator as an eager call does.
+
+    >>> graphed = CudaGraphs(runnable, static=range(n_parameters))
+    >>> outputs = graphed(*tensors)          # doctest: +SKIP
+    >>> graphed.captures, graphed.replays    # doctest: +SKIP
+    (1, 1)
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["CUDAGRAPH_MODES", "CudaGraphs", "CudaGraphsError", "cudagraph_mode", "lasting", "refuse_cpu"]
+
+# Memory that stays put between calls, by data address: parameters a graph read in place, and outputs returned
+# uncloned. Another graph reads an input found here in place too (a backward graph reads the weights its forward
+# read, and with clone_outputs=False the activations its forward saved, where they lie). Weak references: memory
+# freed and reused by a new tensor is not taken for the old one.
+_lasting: dict[int, weakref.ref[torch.Tensor]] = {}
+
+
+def _remember(tensors: Iterable[torch.Tensor]) -> None:
+    for tensor in tensors:
+        _lasting[tensor.data_ptr()] = weakref.ref(tensor)
+
+
+def lasting(address: int) -> bool:
+    """Whether `address` is where a parameter or an uncloned graph output, still alive, keeps its data."""
+    reference = _lasting.get(address)
+    tensor = reference() if reference is not None else None
+    if tensor is None or tensor.data_ptr() != address:
+        _lasting.pop(address, None)
+        return False
+    return True
+
+
+#: what `cudagraphs=` takes: off, on with outputs copied per call (the default when on), or on with outputs
+#: overwritten by the next call (Inductor's reduce-overhead semantics, no copy)
+CUDAGRAPH_MODES = (False, True, "overwrite")
+
+
+def cudagraph_mode(value: Any) -> bool | str:
+    """`value` checked as a `cudagraphs=` option."""
+    if not any(value is mode or (isinstance(mode, str) and value == mode) for mode in CUDAGRAPH_MODES):
+        raise ValueError(f"cudagraphs={value!r} is not an option: pass False, True (each call returns copies of "
+                         "its outputs) or 'overwrite' (outputs are the graph's memory, overwritten by the next call: "
+                         "read them first)")
+    return value  # type: ignore[no-any-return]
+
+
+class CudaGraphsError(RuntimeError):
+    """`cudagraphs=True` cannot run this call: the message names what was given and what to do."""
+
+
+def refuse_cpu(tensors: Iterable[Any], what: str) -> None:
+    """Refuse `cudagraphs=True` for inputs that hold no CUDA tensor (CUDA graphs exist only on CUDA devices)."""
+    devices = {t.device.type for t in tensors if isinstance(t, torch.Tensor)}
+    if devices and "cuda" not in devices:
+        raise CudaGraphsError(f"cudagraphs=True needs CUDA tensors: {what} are on {', '.join(sorted(devices))}. "
+                              "Move the model and inputs to a CUDA device (.to('cuda')), or leave cudagraphs off "
+                              "(on a CPU the kernels run under Triton's interpreter, where a graph saves nothing)")
+
+
+def _layout(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (value.shape, value.stride(), value.dtype)
+    return value
+
+
+@dataclass
+class _Graph:
+    """One captured layout: the graph, the buffers it reads and writes, which inputs it reads in place."""
+
+    graph: torch.cuda.CUDAGraph
+    inputs: list[Any]  # the static buffers (copied positions) or the caller's tensors (in-place positions)
+    copied: tuple[int, ...]  # positions copied into a buffer on every call
+    in_place: tuple[tuple[int, int], ...]  # (position, data address) read where they lie
+    outputs: tuple[torch.Tensor, ...]
+
+
+class CudaGraphs:
+    """`function(*tensors) -> tuple of tensors`, replayed from a CUDA graph captured per input layout.
+
+    `static`: positions read in place (their address is part of the capture; parameters always are).
+    `clone_outputs`: return copies (the default, safe) or the graph's own output memory (overwritten by the next
+    call). `warmup`: calls before a capture. `max_graphs`: layouts captured before further ones are refused.
+
+        >>> graphed = CudaGraphs(lambda x: (x * 2,))
+        >>> graphed(torch.ones(4, device="cuda"))[0]     # doctest: +SKIP
+        tensor([2., 2., 2., 2.], device='cuda:0')
+    """
+
+    def __init__(self, function: Callable[..., Sequence[torch.Tensor]], *, static: Iterable[int] = (),
+                 clone_outputs: bool = True, warmup: int = 2, max_graphs: int = 16, name: str = "program") -> None:
+        if warmup < 1:
+            raise ValueError(f"warmup must be at least 1 (the first call compiles the kernels), got {warmup}")
+        self.function = function
+        self.static = frozenset(static)
+        self.clone_outputs = clone_outputs
+        self.warmup = warmup
+        self.max_graphs = max_graphs
+        self.name = name
+        self.graphs: dict[tuple[Any, ...], list[_Graph]] = {}
+        self.captures = 0
+        self.replays = 0
+        self._pool: Any = None
+
+    def __repr__(self) -> str:
+        return (f"CudaGraphs({self.name}, {self.captures} captured, {self.replays} replays, "
+                f"clone_outputs={self.clone_outputs})")
+
+    def __call__(self, *tensors: Any) -> tuple[torch.Tensor, ...]:
+        key = tuple(_layout(t) for t in tensors)
+        entry = None
+        for candidate in self.graphs.get(key, ()):
+            if all(tensors[i].data_ptr() == address for i, address in candidate.in_place):
+                entry = candidate
+                break
+        if entry is None:
+            entry = self._capture(tensors, key)
+        if entry.copied:
+            torch._foreach_copy_([entry.inputs[i] for i in entry.copied], [tensors[i] for i in entry.copied])
+        entry.graph.replay()
+        self.replays += 1
+        if not self.clone_outputs:
+            for output in entry.outputs:
+                torch.autograd.graph.increment_version(output)
+            return entry.outputs
+        copies = [torch.empty_like(o) for o in entry.outputs]
+        if copies:
+            torch._foreach_copy_(copies, list(entry.outputs))
+        return tuple(copies)
+
+    # -- capture ----------------------------------------------------------------------------------
+    def _device(self, tensors: Sequence[Any]) -> torch.device:
+        found = [(i, t.device) for i, t in enumerate(tensors) if isinstance(t, torch.Tensor)]
+        refuse_cpu(tensors, f"the inputs of {self.name}")
+        device = next(d for _, d in found if d.type == "cuda")
+        elsewhere = [f"input {i} on {d}" for i, d in found if d != device]
+        if elsewhere:
+            raise CudaGraphsError(
+                f"cudagraphs=True: {self.name} got {', '.join(elsewhere[:4])} beside inputs on {device}. A graph "
+                "replays what it captured, so a value read from another device would be frozen at its first "
+                "value: move every input to one CUDA device, or leave cudagraphs off")
+        return device
+
+    def _in_place(self, position: int, value: torch.Tensor) -> bool:
+        """Read where it lies: a parameter, a static position, lasting memory, or a layout a buffer cannot copy
+        (overlapping, as an expanded tensor is)."""
+        if position in self.static or isinstance(value, torch.nn.Parameter):
+            _remember([value])
+            return True
+        return lasting(value.data_ptr()) or torch._debug_has_internal_overlap(value) != 0
+
+    def _capture(self, tensors: Sequence[Any], key: tuple[Any, ...]) -> _Graph:
+        device = self._device(tensors)
+        held = self.graphs.setdefault(key, [])
+        if sum(len(entries) for entries in self.graphs.values()) >= self.max_graphs:
+            raise CudaGraphsError(
+                f"cudagraphs=True: {self.name} has captured {self.max_graphs} graphs (input layouts and parameter "
+                "addresses) already; this call would capture another. Sizes that change on every call gain "
+                "nothing from graphs: pad the inputs to a few sizes, or leave cudagraphs off")
+        inputs: list[Any] = list(tensors)
+        copied: list[int] = []
+        in_place: list[tuple[int, int]] = []
+        for position, value in enumerate(tensors):
+            if not isinstance(value, torch.Tensor):
+                continue
+            if self._in_place(position, value):
+                in_place.append((position, value.data_ptr()))
+                continue
+            buffer = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device)
+            buffer.copy_(value)
+            inputs[position] = buffer
+            copied.append(position)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        rng = torch.cuda.get_rng_state(device)
+        with torch.cuda.device(device), torch.no_grad():
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):  # compiles, picks launchers, makes cuBLAS's workspace: not capturable
+                for _ in range(self.warmup):
+                    self.function(*inputs)
+            torch.cuda.current_stream(device).wait_stream(side)
+            torch.cuda.set_rng_state(rng, device)
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph, pool=self._pool):
+                    outputs = tuple(self.function(*inputs))
+            except RuntimeError as error:
+                raise CudaGraphsError(
+                    f"cudagraphs=True: capturing {self.name} failed ({str(error).splitlines()[0][:200]}). An op "
+                    "that waits for the GPU or reads a value back to the CPU (nonzero, .item(), a data-dependent "
+                    "size) cannot be captured: leave cudagraphs off for this function") from error
+            torch.cuda.set_rng_state(rng, device)  # the first replay draws what an eager call would
+        if not self.clone_outputs:
+            _remember(outputs)
+        entry = _Graph(graph, inputs, tuple(copied), tuple(in_place), outputs)
+        held.append(entry)
+        self.captures += 1
+        return entry

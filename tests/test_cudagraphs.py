@@ -1,0 +1,210 @@
+"""CUDA graphs on both entry points (fusionlab.runtime.cudagraphs): the option's plumbing and refusals on a CPU;
+on the GPU machine (`gpu`), replays equal eager on fresh inputs, a new shape captures again, outputs of a call are
+not overwritten by the next, parameters updated in place are read, a training step's gradients match, dropout
+draws what eager draws from the same seed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import fusionlab as fl
+from fusionlab.dynamo_backend import _cudagraphs_option
+from fusionlab.runtime.cudagraphs import CudaGraphs, CudaGraphsError
+
+
+def gelu_bias(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(x + b) * 2
+
+
+# -- the option, on any machine -----------------------------------------------------------------------
+def test_explore_refuses_cpu_inputs_naming_the_device() -> None:
+    with pytest.raises(CudaGraphsError, match=r"needs CUDA tensors: the example inputs are on cpu.*\.to\('cuda'\)"):
+        fl.explore(gelu_bias, torch.randn(4, 8), torch.randn(8), cudagraphs=True)
+
+
+def test_explore_refuses_a_cpu_module_with_cuda_graphs() -> None:
+    with pytest.raises(CudaGraphsError, match="on cpu"):
+        fl.explore(torch.nn.Linear(4, 4), torch.randn(2, 4), cudagraphs="overwrite")
+
+
+def test_explore_takes_only_the_listed_values() -> None:
+    with pytest.raises(ValueError, match=r"cudagraphs='yes' is not an option: pass False, True .* or 'overwrite'"):
+        fl.explore(gelu_bias, torch.randn(4, 8), torch.randn(8), cudagraphs="yes")
+    with pytest.raises(ValueError, match="is not an option"):
+        fl.explore(gelu_bias, torch.randn(4, 8), torch.randn(8), cudagraphs=1)
+
+
+def test_off_by_default_and_kept_by_with_fusion() -> None:
+    ex = fl.explore(gelu_bias, torch.randn(4, 8), torch.randn(8))
+    assert ex.cudagraphs is False
+    x, b = torch.randn(4, 8), torch.randn(8)
+    torch.testing.assert_close(ex(x, b), gelu_bias(x, b))  # the plain path is untouched
+    decisions = [d for d in ex.fused.decisions if d.fused]
+    again = ex.with_fusion(forbid=[(decisions[0].producer, decisions[0].consumer)])
+    assert again.cudagraphs is False
+
+
+def test_a_function_parameter_named_cudagraphs_is_ambiguous() -> None:
+    def scaled(x: torch.Tensor, cudagraphs: bool = False) -> torch.Tensor:
+        return x * 2
+
+    with pytest.raises(TypeError, match="cudagraphs=True is ambiguous"):
+        fl.explore(scaled, torch.randn(4), cudagraphs=True)
+
+
+def test_backend_options_and_mode() -> None:
+    assert _cudagraphs_option(None, {}) is False
+    assert _cudagraphs_option("reduce-overhead", {}) is True
+    assert _cudagraphs_option("default", {"cudagraphs": "overwrite"}) == "overwrite"
+    with pytest.raises(ValueError, match=r"no option 'cuda_graphs': its options are \{'cudagraphs'"):
+        _cudagraphs_option(None, {"cuda_graphs": True})
+    with pytest.raises(ValueError, match="mode='default' or 'reduce-overhead'.*got 'max-autotune'"):
+        _cudagraphs_option("max-autotune", {})
+
+
+def test_backend_refuses_cpu_through_torch_compile() -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(torch.nn.Linear(4, 4), backend="fusionlab", options={"cudagraphs": True})
+    with pytest.raises(Exception, match="cudagraphs=True needs CUDA tensors"):
+        compiled(torch.randn(2, 4))
+    torch._dynamo.reset()
+
+
+def test_graphs_refuse_cpu_inputs_at_the_call() -> None:
+    graphed = CudaGraphs(lambda x: (x * 2,), name="double")
+    with pytest.raises(CudaGraphsError, match="the inputs of double are on cpu"):
+        graphed(torch.randn(4))
+    assert graphed.captures == 0
+    with pytest.raises(ValueError, match="warmup must be at least 1"):
+        CudaGraphs(lambda x: (x,), warmup=0)
+
+
+# -- on the GPU machine ------------------------------------------------------------------------------
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+
+
+@pytest.mark.gpu
+@cuda
+def test_replays_equal_eager_and_keep_earlier_outputs() -> None:
+    x, b = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
+    ex = fl.explore(gelu_bias, x, b, cudagraphs=True)
+    inputs = [(torch.randn_like(x), torch.randn_like(b)) for _ in range(3)]
+    outputs = [ex(*call) for call in inputs]
+    for call, output in zip(inputs, outputs):  # call 1's output is intact after calls 2 and 3
+        torch.testing.assert_close(output, gelu_bias(*call))
+    assert ex.graphed.captures == 1 and ex.graphed.replays == 3
+    assert outputs[0].data_ptr() != outputs[1].data_ptr()
+
+
+@pytest.mark.gpu
+@cuda
+def test_overwrite_returns_the_graphs_memory() -> None:
+    x, b = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
+    ex = fl.explore(gelu_bias, x, b, cudagraphs="overwrite")
+    first = ex(x, b)
+    torch.testing.assert_close(first, gelu_bias(x, b))
+    y = torch.randn_like(x)
+    second = ex(y, b)
+    assert second.data_ptr() == first.data_ptr()  # as documented: the next call overwrites
+    torch.testing.assert_close(first, gelu_bias(y, b))
+
+
+@pytest.mark.gpu
+@cuda
+def test_a_new_shape_captures_again() -> None:
+    ex = fl.explore(gelu_bias, torch.randn(16, 128, device="cuda"), torch.randn(128, device="cuda"),
+                    dynamic=True, cudagraphs=True)
+    for rows in (16, 48, 16):
+        x, b = torch.randn(rows, 128, device="cuda"), torch.randn(128, device="cuda")
+        torch.testing.assert_close(ex(x, b), gelu_bias(x, b))
+    assert ex.graphed.captures == 2 and ex.graphed.replays == 3
+    graphed = CudaGraphs(lambda a: (a.sum(0),), max_graphs=2, name="column_sum")
+    for rows in (4, 8):
+        graphed(torch.ones(rows, 3, device="cuda"))
+    with pytest.raises(CudaGraphsError, match="column_sum has captured 2 graphs"):
+        graphed(torch.ones(12, 3, device="cuda"))
+
+
+@pytest.mark.gpu
+@cuda
+def test_parameters_are_read_in_place() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU()).cuda()
+    x = torch.randn(8, 32, device="cuda")
+    ex = fl.explore(model, x, cudagraphs=True)
+    torch.testing.assert_close(ex(x), model(x))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(0.5)  # as an optimizer step does: same memory, new values
+    fresh = torch.randn_like(x)
+    torch.testing.assert_close(ex(fresh), model(fresh))
+    assert ex.graphed.captures == 1
+
+
+@pytest.mark.gpu
+@cuda
+def test_mixed_devices_are_refused() -> None:
+    graphed = CudaGraphs(lambda a, b: (a + b.to(a.device),), name="add")
+    with pytest.raises(CudaGraphsError, match="input 1 on cpu beside inputs on cuda"):
+        graphed(torch.ones(4, device="cuda"), torch.ones(4))
+
+
+def _train_steps(run: Any, model: torch.nn.Module, batches: list[dict[str, torch.Tensor]]) -> list[Any]:
+    from fusionlab import models
+
+    return [models.train_step(run, dict(model.named_parameters()), batch) for batch in batches]
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("mode", [True, "overwrite"])
+def test_training_steps_match_eager(mode: bool | str) -> None:
+    from fusionlab import models
+
+    model, inputs = models.build("gpt2", "tiny", device="cuda", dtype=torch.float32, train=True)
+    batches = [inputs, {k: v.clone() for k, v in inputs.items()}]
+    batches[1]["input_ids"] = torch.randint_like(inputs["input_ids"], 0, int(inputs["input_ids"].max()) + 1)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": mode})
+    ours = _train_steps(compiled, model, batches)
+    eager = _train_steps(model, model, batches)
+    for (loss, grads), (want_loss, want_grads) in zip(ours, eager):
+        torch.testing.assert_close(loss, want_loss, rtol=1e-4, atol=1e-4)
+        for name, grad in want_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=1e-3, atol=1e-4, msg=name)
+    torch._dynamo.reset()
+
+
+@pytest.mark.gpu
+@cuda
+def test_overwrite_refuses_a_backward_after_a_second_forward() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)).cuda()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": "overwrite"})
+    x = torch.randn(8, 32, device="cuda")
+    compiled(x).sum().backward()  # capture
+    first = compiled(x).sum()
+    compiled(torch.randn_like(x)).sum()  # overwrites the activations the first one saved
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        first.backward()
+    torch._dynamo.reset()
+
+
+@pytest.mark.gpu
+@cuda
+def test_dropout_draws_what_eager_draws_from_one_seed() -> None:
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(x * 2, p=0.5, training=True) + 1
+
+    x = torch.randn(64, 128, device="cuda")
+    ex = fl.explore(noisy, x, cudagraphs=True)
+    ex(x)  # capture
+    torch.manual_seed(7)
+    ours = [ex(x), ex(x)]
+    torch.manual_seed(7)
+    eager = [noisy(x), noisy(x)]
+    assert not torch.equal(ours[0], ours[1])  # each replay draws anew
+    for got, want in zip(ours, eager):
+        torch.testing.assert_close(got, want)
