@@ -160,3 +160,57 @@ def test_rounds_must_be_positive(streamed: tuple[BenchReport, list[BenchRow], An
     _, _, exploration = streamed
     with pytest.raises(ValueError, match="rounds must be at least 1, got 0"):
         benchmark(exploration, progress=False, rounds=0)
+
+
+def _model_row(**values: Any) -> dict[str, Any]:
+    from fusionlab.measure.models import MODEL_COLUMNS
+
+    row: dict[str, Any] = {column: None for column in MODEL_COLUMNS}
+    row.update(model="bert", mode="inference", batch=16, dtype="bfloat16", correct=True, fusionlab_err=0.01,
+               inductor_err=0.02, fusionlab_kernels=40, fusionlab_externs=86, error="", **values)
+    return row
+
+
+def test_model_table_shows_host_and_gpu_ms_of_each_and_the_cuda_graph_rows() -> None:
+    from fusionlab.measure.models import MODEL_COLUMNS, model_table
+
+    for variant in ("eager", "fusionlab", "inductor"):
+        assert {f"{variant}_host_ms", f"{variant}_gpu_ms", f"{variant}_launches", f"{variant}_ms"} <= set(MODEL_COLUMNS)
+    plain = _model_row(cudagraphs=False, eager_host_ms=4.5, fusionlab_host_ms=10.9, inductor_host_ms=1.25,
+                       eager_gpu_ms=5.5, fusionlab_gpu_ms=3.75, inductor_gpu_ms=2.5, eager_launches=207,
+                       fusionlab_launches=126, inductor_launches=129)
+    graphed = _model_row(cudagraphs=True, fusionlab_host_ms=0.5, inductor_host_ms=0.25)
+    failed = {**_model_row(cudagraphs=True), "fusionlab_err": None, "error": "CudaGraphsError: capture failed"}
+    lines = model_table([plain, graphed, failed]).splitlines()
+    header, body = lines[0], lines[2:]
+    assert "host ms (e / f / I)" in header and "GPU ms (e / f / I)" in header and "CUDA graphs" in header
+    assert all(line.count("|") == header.count("|") for line in body)
+    assert "| 4.5 / 10.9 / 1.25 | 5.5 / 3.75 / 2.5 | 207 / 126 / 129 |" in body[0] and "| no |" in body[0]
+    assert "| fusionlab / reduce-overhead |" in body[1] and "| – / 0.5 / 0.25 |" in body[1]
+    assert "failed: CudaGraphsError: capture failed" in body[2]
+
+
+def test_bench_models_adds_cuda_graph_rows_only_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusionlab.measure import models as model_bench
+
+    calls: list[tuple[str, str, bool, Any]] = []
+
+    def fake(name: str, *, mode: str, cudagraphs: bool, **options: Any) -> dict[str, Any]:
+        calls.append((name, mode, cudagraphs, options.get("device")))
+        return _model_row(model=name, mode=mode, cudagraphs=cudagraphs)
+
+    monkeypatch.setattr(model_bench, "bench_model", fake)
+    model_bench.bench_models(["bert"], modes=("inference",), device="cpu")
+    assert calls == [("bert", "inference", False, "cpu")]
+    calls.clear()
+    rows = model_bench.bench_models(["bert"], modes=("inference", "training"), device="cuda")
+    assert [(c[1], c[2]) for c in calls] == [("inference", False), ("inference", True), ("training", False),
+                                             ("training", True)]
+    assert [r["cudagraphs"] for r in rows] == [False, True, False, True]
+
+
+def test_bench_model_refuses_cuda_graphs_on_a_cpu() -> None:
+    from fusionlab.measure.models import bench_model
+
+    with pytest.raises(ValueError, match="compares CUDA graphs, which need a CUDA device: device is cpu"):
+        bench_model("bert", device="cpu", cudagraphs=True)

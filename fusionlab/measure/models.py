@@ -6,8 +6,12 @@ inference and a training step, correctness first, then times, kernels and compil
     True
 
 On CUDA every time is a median of CUDA-event timings (`triton.testing.do_bench`), the three taken in turns over
-several rounds. On a CPU fusionlab's kernels run under Triton's interpreter, which is not kernel time: its time is
-left empty and labelled so; eager and Inductor are measured at a fixed thread count.
+several rounds. Beside it, per call: host ms (the wall time until the call returns, started on an idle GPU and not
+synchronised: the CPU's time to issue the work) and GPU ms (the sum of the kernels' times, torch.profiler), and
+launches. With `cudagraphs=True` a row compares fusionlab's CUDA graphs (`options={"cudagraphs": True}`: outputs
+copied) with Inductor's `mode="reduce-overhead"` (eager stays eager). On a CPU fusionlab's kernels run under Triton's
+interpreter, which is not kernel time: its time is left empty and labelled so; eager and Inductor are measured at a
+fixed thread count, and host and GPU ms are left empty.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from typing import Any
 import torch
 
 MODEL_COLUMNS = (
-    "model", "mode", "size", "batch", "dtype", "device", "gpu", "torch", "triton", "date",
+    "model", "mode", "cudagraphs", "size", "batch", "dtype", "device", "gpu", "torch", "triton", "date",
     "fusionlab_err", "inductor_err", "tolerance", "correct",
     "eager_ms", "fusionlab_ms", "inductor_ms", "speedup_vs_inductor", "timing",
+    "eager_host_ms", "fusionlab_host_ms", "inductor_host_ms", "eager_gpu_ms", "fusionlab_gpu_ms", "inductor_gpu_ms",
     "fusionlab_graphs", "fusionlab_kernels", "fusionlab_externs", "eager_launches", "fusionlab_launches",
     "inductor_launches", "fusionlab_compile_s", "inductor_compile_s", "threads", "rounds", "error",
 )
@@ -98,11 +103,36 @@ def _median_ms(step: Step, device: torch.device, repeat: int) -> float:
     return median_wall_ms(step, repeat=repeat, warmup=1)
 
 
-def _launches(step: Step, device: torch.device) -> int | None:
+def _kernels(step: Step, device: torch.device) -> tuple[float | None, int | None]:
+    """GPU milliseconds (the kernels' times summed) and launches of one call, by torch.profiler."""
+    if device.type != "cuda":
+        return None, None
+    from fusionlab.measure.timing import cuda_kernel_ms
+    per_kernel, launches = cuda_kernel_ms(step, iterations=3)
+    return sum(per_kernel.values()), launches
+
+
+def _host_ms(step: Step, device: torch.device, repeat: int) -> float | None:
+    """Median milliseconds until a call returns, started on an idle GPU and not waited for: the host's issue time."""
     if device.type != "cuda":
         return None
-    from fusionlab.measure.timing import cuda_kernel_ms
-    return cuda_kernel_ms(step, iterations=3)[1]
+    seconds = []
+    for _ in range(max(repeat, 5)):
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    torch.cuda.synchronize(device)
+    return statistics.median(seconds) * 1e3
+
+
+def _step_marked(run: Callable[..., Any]) -> Callable[..., Any]:
+    """Inductor's reduce-overhead run, each call a new step of its CUDA graph trees (its outputs of the step before
+    may be overwritten: the benchmark reads each before the next call)."""
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        torch.compiler.cudagraph_mark_step_begin()
+        return run(*args, **kwargs)
+    return marked
 
 
 @contextlib.contextmanager
@@ -118,8 +148,9 @@ def _threads(count: int | None) -> Iterator[int]:
 
 def bench_model(name: str, *, mode: str = "inference", size: str | None = None, device: str | None = None,
                 dtype: torch.dtype | None = None, rounds: int | None = None, repeat: int = 5,
-                threads: int | None = 1) -> dict[str, Any]:
-    """One zoo model in one mode ("inference" or "training"): a row of MODEL_COLUMNS."""
+                threads: int | None = 1, cudagraphs: bool = False) -> dict[str, Any]:
+    """One zoo model in one mode ("inference" or "training"): a row of MODEL_COLUMNS. `cudagraphs=True`: fusionlab
+    with CUDA graphs against Inductor's reduce-overhead (CUDA only)."""
     import triton
 
     from fusionlab import dynamo_backend, models
@@ -132,8 +163,11 @@ def bench_model(name: str, *, mode: str = "inference", size: str | None = None, 
     train = mode == "training"
     if mode not in ("inference", "training"):
         raise ValueError(f"mode must be 'inference' or 'training', got {mode!r}")
+    if cudagraphs and where.type != "cuda":
+        raise ValueError(f"cudagraphs=True compares CUDA graphs, which need a CUDA device: device is {where}")
     row: dict[str, Any] = {column: None for column in MODEL_COLUMNS}
-    row.update(model=name, mode=mode, size=size, dtype=str(dtype).removeprefix("torch."), device=where.type,
+    row.update(model=name, mode=mode, cudagraphs=cudagraphs, size=size, dtype=str(dtype).removeprefix("torch."),
+               device=where.type,
                gpu=torch.cuda.get_device_name(where) if where.type == "cuda" else "none (cpu)",
                torch=torch.__version__, triton=triton.__version__, date=datetime.date.today().isoformat(),
                rounds=rounds, error="")
@@ -143,8 +177,12 @@ def bench_model(name: str, *, mode: str = "inference", size: str | None = None, 
         row["batch"] = next(iter(inputs.values())).shape[0]
         torch._dynamo.reset()
         before = dynamo_backend.mark()
-        ours = torch.compile(model, backend="fusionlab")
-        inductor = torch.compile(model)
+        if cudagraphs:
+            ours = torch.compile(model, backend="fusionlab", options={"cudagraphs": True})
+            inductor = _step_marked(torch.compile(model, mode="reduce-overhead"))
+        else:
+            ours = torch.compile(model, backend="fusionlab")
+            inductor = torch.compile(model)
         eager_step, our_step, inductor_step = (_step(model, run, inputs, train) for run in (model, ours, inductor))
         row["fusionlab_compile_s"] = _timed(our_step, where)
         row["inductor_compile_s"] = _timed(inductor_step, where)
@@ -176,7 +214,8 @@ def bench_model(name: str, *, mode: str = "inference", size: str | None = None, 
                 times[key].append(_median_ms(step, where, repeat))
         for key, values in times.items():
             row[f"{key}_ms"] = statistics.median(values)
-            row[f"{key}_launches"] = _launches(steps[key], where)
+            row[f"{key}_gpu_ms"], row[f"{key}_launches"] = _kernels(steps[key], where)
+            row[f"{key}_host_ms"] = _host_ms(steps[key], where, repeat)
         row["timing"] = ("cuda events (median)" if where.type == "cuda" else
                          f"cpu wall (median, {used} threads); fusionlab runs under Triton's interpreter: not timed")
         if row["fusionlab_ms"] and row["inductor_ms"]:
@@ -185,23 +224,30 @@ def bench_model(name: str, *, mode: str = "inference", size: str | None = None, 
 
 
 def bench_models(names: Sequence[str] | None = None, *, modes: Sequence[str] = ("inference", "training"),
-                 on_row: Callable[[dict[str, Any]], None] | None = None, **options: Any) -> list[dict[str, Any]]:
-    """Every zoo model (or `names`) in every mode; a failure is a row with its error, not a stopped run."""
+                 on_row: Callable[[dict[str, Any]], None] | None = None, cudagraphs: Sequence[bool] | None = None,
+                 **options: Any) -> list[dict[str, Any]]:
+    """Every zoo model (or `names`) in every mode, without and then with CUDA graphs (`cudagraphs`: default both on
+    CUDA, without on a CPU); a failure is a row with its error, not a stopped run."""
     from fusionlab import models
 
+    if cudagraphs is None:
+        on_cuda = torch.device(options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cuda"
+        cudagraphs = (False, True) if on_cuda else (False,)
     rows = []
     for name in names or models.names():
         for mode in modes:
-            try:
-                row = bench_model(name, mode=mode, **options)
-            except Exception as error:  # noqa: BLE001 - recorded in the row, the run goes on
-                frames = traceback.extract_tb(error.__traceback__)[-3:]
-                where = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(frames))
-                row = {column: None for column in MODEL_COLUMNS}
-                row.update(model=name, mode=mode, error=f"{type(error).__name__}: {str(error)[:300]} (at {where})")
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
+            for graphed in cudagraphs:
+                try:
+                    row = bench_model(name, mode=mode, cudagraphs=graphed, **options)
+                except Exception as error:  # noqa: BLE001 - recorded in the row, the run goes on
+                    frames = traceback.extract_tb(error.__traceback__)[-3:]
+                    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(frames))
+                    row = {column: None for column in MODEL_COLUMNS}
+                    row.update(model=name, mode=mode, cudagraphs=graphed,
+                               error=f"{type(error).__name__}: {str(error)[:300]} (at {where})")
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
     return rows
 
 
@@ -219,17 +265,23 @@ def model_table(rows: Sequence[dict[str, Any]]) -> str:
             return "–"
         return format(value, digits) if isinstance(value, float) else str(value)
 
-    lines = ["| model | mode | batch | dtype | err vs eager (Inductor's) | eager ms | fusionlab ms | Inductor ms | "
-             "vs Inductor | kernels / externs | compile s (Inductor's) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    def three(key: str, digits: str = ".3g") -> str:
+        return " / ".join(cell(r.get(f"{variant}_{key}"), digits) for variant in ("eager", "fusionlab", "inductor"))
+
+    lines = ["| model | mode | batch | dtype | CUDA graphs | err vs eager (Inductor's) | eager ms | fusionlab ms | "
+             "Inductor ms | vs Inductor | host ms (e / f / I) | GPU ms (e / f / I) | launches (e / f / I) | "
+             "kernels / externs | compile s (Inductor's) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        graphs = "fusionlab / reduce-overhead" if r.get("cudagraphs") else "no"
         if r.get("error") and r.get("fusionlab_err") is None:
-            lines.append(f"| {r['model']} | {r['mode']} | | | failed: {r['error']} | | | | | | |")
+            lines.append(f"| {r['model']} | {r['mode']} | | | {graphs} | failed: {r['error']} |" + " |" * 9)
             continue
         lines.append(
-            f"| {r['model']} | {r['mode']} | {cell(r['batch'])} | {r['dtype']} | {cell(r['fusionlab_err'])} "
-            f"({cell(r['inductor_err'])}){'' if r['correct'] else ' **differs**'} | {cell(r['eager_ms'])} | "
-            f"{cell(r['fusionlab_ms'])} | {cell(r['inductor_ms'])} | {cell(r['speedup_vs_inductor'], '.2f')} | "
-            f"{r['fusionlab_kernels']} / {r['fusionlab_externs']} | {cell(r['fusionlab_compile_s'])} "
-            f"({cell(r['inductor_compile_s'])}) |")
+            f"| {r['model']} | {r['mode']} | {cell(r['batch'])} | {r['dtype']} | {graphs} | "
+            f"{cell(r['fusionlab_err'])} ({cell(r['inductor_err'])}){'' if r['correct'] else ' **differs**'} | "
+            f"{cell(r['eager_ms'])} | {cell(r['fusionlab_ms'])} | {cell(r['inductor_ms'])} | "
+            f"{cell(r['speedup_vs_inductor'], '.2f')} | {three('host_ms')} | {three('gpu_ms')} | "
+            f"{three('launches')} | {r['fusionlab_kernels']} / {r['fusionlab_externs']} | "
+            f"{cell(r['fusionlab_compile_s'])} ({cell(r['inductor_compile_s'])}) |")
     return "\n".join(lines)
