@@ -131,6 +131,11 @@ class Node:
     module: str = ""
     source: str = ""
 
+    @property
+    def where(self) -> str:
+        """Where the node came from: "h.0.attn (model.py:12 in forward)"; "" when unknown."""
+        return where_text(self.module, self.source)
+
     def param(self, key: str, default: Any = None) -> Any:
         for name, value in self.params:
             if name == key:
@@ -152,6 +157,14 @@ class Node:
         items = [_arg_text(a) for a in self.args]
         items += [f"{k}={_param_text(v)}" for k, v in self.params if k != "extra_refs"]
         return f"{self.name}: {self.type.text()} = {self.op}({', '.join(items)})"
+
+
+def where_text(module: str, source: str) -> str:
+    """A module path and a source line as one phrase: "h.0.attn (model.py:12 in forward)", "model.py:12 in f",
+    "h.0.attn", or "" when neither is known."""
+    if module and source:
+        return f"{module} ({source})"
+    return module or source
 
 
 def _arg_text(arg: Arg) -> str:

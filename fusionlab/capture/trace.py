@@ -26,6 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from fusionlab.capture.decompositions import DECOMPOSITIONS, decomposed_from
 from fusionlab.capture.guards import guards_of
+from fusionlab.capture.provenance import ProvenanceInterpreter, ProvenanceMode, module_paths, provenance
 from fusionlab.capture.result import (
     TENSOR_SLOT,
     AtenNode,
@@ -50,6 +51,10 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     state = {name: tensor.detach() for name, (tensor, _) in source.named().items()}
     state_kinds = {name: kind for name, (_, kind) in source.named().items()}
     call_target: Callable[..., Any] = module.forward if module is not None else fn
+    if isinstance(module, torch.fx.GraphModule):
+        # A graph from Dynamo carries each node's module and source line in its meta: run it node by node, so that
+        # preserve_node_meta hands them to the nodes each one records.
+        call_target = ProvenanceInterpreter(module).run
 
     leaves, input_spec = pytree.tree_flatten((args, kwargs))
     leaf_names = _signature_names(call_target, args, kwargs)
@@ -118,7 +123,11 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
         # preserve_node_meta: each node keeps the aten op it came from (`meta["original_aten"]`), so the nodes a
         # decomposition made say which op they replace.
         patched = fx_config.patch(use_duck_shape=False)  # type: ignore[attr-defined]
-        with torch.no_grad(), patched, _compiling(), fx_traceback.preserve_node_meta():
+        # ProvenanceMode: every node records the module and the user's line that called it (a GraphModule's own
+        # nodes already know theirs).
+        stamping = (contextlib.nullcontext() if isinstance(module, torch.fx.GraphModule)
+                    else ProvenanceMode(module_paths(source.roots), traced.__code__))
+        with torch.no_grad(), patched, _compiling(), fx_traceback.preserve_node_meta(), stamping:
             graph_module = make_fx(torch.func.functionalize(traced, remove="mutations"),
                                    decomposition_table=DECOMPOSITIONS,
                                    tracing_mode="symbolic" if dynamic else "fake")(*example)
@@ -156,7 +165,7 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     )
     aten_nodes = tuple(
         AtenNode(node.name, _target_name(node.target), types.get(node.name),
-                 ", ".join(str(a) for a in node.args), decomposed_from(node))
+                 ", ".join(str(a) for a in node.args), decomposed_from(node), *provenance(node.meta))
         for node in graph_module.graph.nodes if node.op == "call_function"
     )
     return CaptureResult(graph_module, inputs, aten_nodes, types, multi_types, holder["spec"],

@@ -21,6 +21,7 @@ from fusionlab.codegen.dtypes import HALF_DTYPES, TRITON_DTYPES, convert, litera
 from fusionlab.codegen.indexing import IndexWriter, KernelArgument, Rolled, Shift, bounds_mask
 from fusionlab.codegen.kinds import KernelKind
 from fusionlab.codegen.plan import KernelPlan
+from fusionlab.codegen.provenance import module_comments
 from fusionlab.decompose import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE, compute_dtype
 from fusionlab.decompose.primitives import INDEXED
 from fusionlab.fusion.domain import Domain, IndexMap, alignment, reads_own_row, store_map, view_map
@@ -464,6 +465,7 @@ class KernelWriter(IndexWriter):
         read = ", ".join(f"{v} ({self.graph[v].type.text()})" for v in self.group.inputs) or "nothing"
         written = ", ".join(f"{v} ({self.graph[v].type.text()})" for v in self.group.outputs)
         lines = [
+            *module_comments(self.graph, self.group),
             "@triton.jit",
             f"def {self.name}({', '.join(params)}):",
             f"    # primitives: {comment(', '.join(primitives))}",
@@ -477,4 +479,4 @@ class KernelWriter(IndexWriter):
         arguments = tuple(ordered) + tuple(KernelArgument(n, "numel") for n in numels)
         plan = self.plan
         return KernelSource(self.name, self.group.name, plan.kind, "\n".join(lines) + "\n", arguments,
-                            plan.persistent, self.domain, plan.heavy, plan.accumulators)
+                            plan.persistent, self.domain, plan.heavy, plan.accumulators, self.group.modules)

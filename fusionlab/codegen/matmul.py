@@ -15,6 +15,7 @@ import torch
 from fusionlab.codegen.indexing import KernelArgument
 from fusionlab.codegen.kernel import KernelSource, KernelWriter, _Scope
 from fusionlab.codegen.plan import plan_matmul
+from fusionlab.codegen.provenance import module_comments
 from fusionlab.fusion.domain import IndexMap
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Ref
@@ -99,6 +100,7 @@ class MatmulWriter(KernelWriter):
         left, right = (self.graph[arg.name] for arg in self.product.args if isinstance(arg, Ref))
         flops = f"2 x {left.type.shape[0]} x {left.type.shape[1]} x {right.type.shape[1]} flops"
         return [
+            *module_comments(self.graph, self.group),
             "@triton.jit",
             f"def {self.name}({', '.join(self._parameters())}):",
             f"    # primitives: {comment(', '.join(primitives))}",
@@ -118,4 +120,5 @@ class MatmulWriter(KernelWriter):
         extent = KernelArgument("knumel", "extent", left, 1)
         numels = (KernelArgument("xnumel", "numel"), KernelArgument("rnumel", "numel"))
         return KernelSource(self.name, self.group.name, "matmul", "\n".join(lines) + "\n",
-                            (*self.ordered_arguments(), extent, *numels), False, self.domain, self.plan.heavy)
+                            (*self.ordered_arguments(), extent, *numels), False, self.domain, self.plan.heavy,
+                            modules=self.group.modules)

@@ -126,7 +126,8 @@ class ProgramWriter:
             plan = plan_kernel(self.graph, group, dense, self.force_looped)
             source = KernelWriter(self.graph, group, name, dense, plan).write()
         self.kernels.append(source)
-        self.lines.append(f"    # {comment(group.name)}: reads {comment(', '.join(group.inputs))}; "
+        where = f" (in {comment(group.module)})" if group.module else ""
+        self.lines.append(f"    # {comment(group.name)}{where}: reads {comment(', '.join(group.inputs))}; "
                           f"writes {comment(', '.join(group.outputs))}")
         for value in group.outputs:
             node = self.graph[value]
@@ -163,7 +164,9 @@ class ProgramWriter:
         target = self.var(node.name)
         if node.param("outputs"):
             target = self.all_outputs(node.name)
-        self.lines.append(f"    {target} = {op}({', '.join(rendered)})  # extern: {comment(node.op)} runs eagerly")
+        where = f" (in {comment(node.module)})" if node.module else ""
+        self.lines.append(f"    {target} = {op}({', '.join(rendered)})  # extern: {comment(node.op)} runs "
+                          f"eagerly{where}")
         if node.param("outputs"):
             self.lines.append(f"    {self.var(node.name)} = {target}[0]")
 

@@ -99,7 +99,9 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
     outputs: list[str] = []
     values: list[tuple[str, str]] = []
     display = {spec.placeholder: sanitize(spec.name) for spec in captured.inputs}
+    provenance = {node.name: (node.module, node.source) for node in captured.aten_nodes}
     for fx_node in captured.graph_module.graph.nodes:
+        builder.module, builder.source = provenance.get(fx_node.name, ("", ""))
         if fx_node.op == "placeholder":
             builder.origin = fx_node.name
             ref = builder._add("input", "input", (), captured.types[fx_node.name], base=display[fx_node.name])

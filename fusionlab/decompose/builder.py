@@ -73,6 +73,8 @@ class Builder:
     nodes: list[Node]
     types: dict[str, TensorType]
     origin: str = ""
+    module: str = ""  # the origin's module path and source line, copied onto every node a rule appends
+    source: str = ""
     expected: Any = None
     node: Any = None  # the aten (torch.fx) node being decomposed: a rule may look at its users
     _counts: dict[str, int] | None = None
@@ -106,7 +108,8 @@ class Builder:
             number += 1
             counts[base] = number + 1
             name = f"{base}_{number}"
-        node = Node(name, kind, op, args, out, tuple(sorted((params or {}).items())), self.origin)  # type: ignore[arg-type]
+        node = Node(name, kind, op, args, out, tuple(sorted((params or {}).items())),  # type: ignore[arg-type]
+                    self.origin, self.module, self.source)
         self.nodes.append(node)
         self.types[name] = out
         self._producers[name] = node
