@@ -1,7 +1,8 @@
 """Named workloads: the functions fusionlab is measured on, with inputs at a CPU size and a GPU size.
 
-The GPU size fills an H200 (bf16 8192 x 8192 for the memory-bound ones); the CPU size is small enough that
-Triton's interpreter runs the fused kernels in seconds.
+The GPU size fills an H200 (bf16 8192 x 8192 for the memory-bound ones defined here; a real model's shape for
+what models produce: measure/training_workloads.py and measure/model_workloads.py, whose workloads follow these
+twelve in the suite); the CPU size is small enough that Triton's interpreter runs the fused kernels in seconds.
 
     >>> workload = get("softmax")
     >>> function, inputs = workload.build("cpu", "cpu", torch.float32)
@@ -12,107 +13,36 @@ Triton's interpreter runs the fused kernels in seconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as functional
 from torch import nn
 
-__all__ = ["Workload", "GPTBlock", "get", "names", "all_workloads", "tensor_bytes", "find"]
+from fusionlab.measure.model_workloads import MODEL_WORKLOADS
+from fusionlab.measure.training_workloads import TRAINING_WORKLOADS
+from fusionlab.measure.workload import (
+    DeviceLike,
+    InputFactory,
+    Size,
+    Workload,
+    default_dtype,
+    input_output_bytes,
+    matrices,
+    no_flops,
+    random_tensor,
+    tensor_bytes,
+)
 
-Size = Literal["cpu", "gpu"]
-Bound = Literal["memory", "compute"]
-DeviceLike = str | torch.device
-InputFactory = Callable[[Size, DeviceLike, torch.dtype], tuple[Any, ...]]
+__all__ = ["Workload", "GPTBlock", "get", "names", "all_workloads", "tensor_bytes", "find", "default_dtype", "Size",
+           "input_output_bytes", "no_flops"]
 
-
-def tensor_bytes(value: Any) -> int:
-    """Bytes held by the tensors in `value` (a tensor, a nested tuple/list/dict, or a module's state)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, nn.Module):
-        return sum(tensor_bytes(t) for t in (*value.parameters(), *value.buffers()))
-    if isinstance(value, (tuple, list)):
-        return sum(tensor_bytes(item) for item in value)
-    if isinstance(value, dict):
-        return sum(tensor_bytes(item) for item in value.values())
-    return 0
-
-
-def input_output_bytes(inputs: tuple[Any, ...], outputs: Any) -> int:
-    """The least any program must move: read every input once, write every output once."""
-    return tensor_bytes(inputs) + tensor_bytes(outputs)
+_random = random_tensor
 
 
-def no_flops(inputs: tuple[Any, ...]) -> int:
-    """Memory-bound workloads: their arithmetic is not what limits them."""
-    return 0
-
-
-@dataclass(frozen=True)
-class Workload:
-    """One named function with its inputs at two sizes.
-
-    Module workloads (`gpt_block`) have `fn=None` and a `make_module`, because their weights' shapes depend
-    on the size; `build` handles both kinds. Example: `fn, inputs = get("swiglu").build("gpu", "cuda")`.
-    """
-
-    name: str
-    fn: Callable[..., Any] | None
-    make_inputs: InputFactory
-    bound: Bound
-    description: str
-    min_bytes: Callable[[tuple[Any, ...], Any], int] = input_output_bytes
-    flops: Callable[[tuple[Any, ...]], int] = no_flops
-    make_module: Callable[[Size, DeviceLike, torch.dtype], nn.Module] | None = field(default=None)
-
-    def build(
-        self, size: Size = "cpu", device: DeviceLike = "cpu", dtype: torch.dtype | None = None
-    ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        """The callable (function or module on `device`) and its inputs; dtype defaults by size."""
-        if size not in ("cpu", "gpu"):
-            raise ValueError(f"workload size must be 'cpu' or 'gpu', got {size!r}")
-        chosen = dtype if dtype is not None else default_dtype(size)
-        inputs = self.make_inputs(size, device, chosen)
-        if self.make_module is not None:
-            return self.make_module(size, device, chosen), inputs
-        if self.fn is None:
-            raise ValueError(f"workload {self.name!r} has neither fn nor make_module: give it one")
-        return self.fn, inputs
-
-    def __repr__(self) -> str:
-        return f"Workload({self.name}: {self.bound}-bound, {self.description})"
-
-
-def default_dtype(size: Size) -> torch.dtype:
-    """bf16 at the GPU size (what a model runs in), fp32 at the CPU size (the interpreter's best case)."""
-    return torch.bfloat16 if size == "gpu" else torch.float32
-
-
-def _random(shape: tuple[int, ...], device: DeviceLike, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    where = torch.device(device)
-    if where.type == "meta":  # shapes only: what the GPU size would allocate, without allocating it
-        return torch.empty(shape, device=where, dtype=dtype)
-    generator = torch.Generator(device=where).manual_seed(seed)
-    return torch.randn(shape, generator=generator, device=where, dtype=dtype)
-
-
-def _rows_columns(size: Size) -> tuple[int, int]:
-    return (8192, 8192) if size == "gpu" else (64, 256)
-
-
-def _matrices_and_vectors(matrices: int, vectors: int = 0) -> InputFactory:
-    """A factory for `matrices` (M, N) matrices followed by `vectors` vectors of length N."""
-
-    def make(size: Size, device: DeviceLike, dtype: torch.dtype) -> tuple[Any, ...]:
-        rows, columns = _rows_columns(size)
-        full = tuple(_random((rows, columns), device, dtype, seed=i) for i in range(matrices))
-        short = tuple(_random((columns,), device, dtype, seed=matrices + i) for i in range(vectors))
-        return (*full, *short)
-
-    return make
+def _matrices_and_vectors(count: int, vectors: int = 0) -> InputFactory:
+    """A factory for `count` (M, N) matrices followed by `vectors` vectors of length N (8192 x 8192 on a GPU)."""
+    return matrices(count, vectors, cpu=(64, 256), gpu=(8192, 8192))
 
 
 # ---- the functions -------------------------------------------------------------------------------------
@@ -284,6 +214,9 @@ _WORKLOADS: tuple[Workload, ...] = (
         flops=_gpt_flops, make_module=_gpt_module,
     ),
 )
+
+
+_WORKLOADS = _WORKLOADS + TRAINING_WORKLOADS + MODEL_WORKLOADS
 
 
 def all_workloads() -> tuple[Workload, ...]:
