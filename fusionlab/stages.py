@@ -32,7 +32,7 @@ from fusionlab.decompose import decompose as decompose_graph
 from fusionlab.fusion.fuse import FuseResult, FusionDecision, FusionGroup
 from fusionlab.fusion.fuse import fuse as fuse_graph
 from fusionlab.fusion.policy import Policy, resolve_policy
-from fusionlab.ir import Graph, Node
+from fusionlab.ir import Graph, Node, where_text
 from fusionlab.names import comment
 from fusionlab.runtime.launch import KernelHandle
 from fusionlab.runtime.runnable import LaunchRecord, Runnable
@@ -57,6 +57,37 @@ def _header(made: str, stage: Any) -> str:
     """The first line of a printed stage, as a Thunder trace starts: the pass that made it, its time, its input."""
     source = f" from {stage.previous!r}" if stage.previous is not None else ""
     return f"# {made} in {stage.seconds:.2f} s{source}"
+
+
+class _Places:
+    """Heads each run of lines from one module and source line with `# in <module> (<file:line in function>)`, as
+    Thunder's traces head each region, so a 12-layer model reads layer by layer."""
+
+    def __init__(self, lines: list[str], indent: str = "    ") -> None:
+        self.lines = lines
+        self.indent = indent
+        self.last = ""
+
+    def add(self, line: str, module: str, source: str) -> None:
+        where = where_text(module, source)
+        self.add_at(line, f"in {where}" if module else where)
+
+    def add_at(self, line: str, where: str) -> None:
+        if where != self.last:
+            self.lines.append(f"{self.indent}# {comment(where) or '(no module or source line)'}")
+            self.last = where
+        self.lines.append(line)
+
+
+def _group_place(group: FusionGroup, graph: Graph) -> str:
+    """Where a group's ops came from: "in h.0.attn (model.py:12 in forward)", or the modules it spans."""
+    computing = [n for n in group.nodes if graph[n].kind != "view"] or group.nodes
+    sources = list(dict.fromkeys(graph[n].source for n in computing))
+    source = sources[0] if len(sources) == 1 else ""
+    if group.module or not group.modules:
+        return where_text(f"in {group.module}" if group.module else "", source)
+    spans = [m or "(top level)" for m in group.modules]
+    return f"across {', '.join(spans[:4])}" + (f" and {len(spans) - 4} more" if len(spans) > 4 else "")
 
 
 def _show(stage: Any) -> Any:
@@ -130,11 +161,12 @@ class Captured(_Stage):
         names = {spec.placeholder: spec.name for spec in self.inputs}
         params = ", ".join(f'{names[s.placeholder]}: "{s.type.text()}"' for s in self.inputs)
         lines = [_header("captured by fusionlab.capture", self), f"def forward({params}):"]
+        places = _Places(lines)
         for node in self.aten_nodes:
             args = _rename_words(node.args_text, names)
             kind = f': "{node.type.text()}"' if node.type else ""
             origin = f"  # from {node.decomposed_from}" if node.decomposed_from else ""
-            lines.append(f"    {node.name}{kind} = {node.target}({comment(args)}){origin}")
+            places.add(f"    {node.name}{kind} = {node.target}({comment(args)}){origin}", node.module, node.source)
         lines.append(f"    return ({', '.join(self.outputs)},)")
         return "\n".join(lines)
 
@@ -197,6 +229,7 @@ class Decomposed(_Stage):
         for origin, reason in self.fallbacks:
             lines.append(f"# extern {origin}: {comment(reason)}")
         lines.append(f"def program({', '.join(graph.inputs)}):")
+        places = _Places(lines)
         for node in graph.nodes:
             if node.kind == "input":
                 continue
@@ -204,7 +237,8 @@ class Decomposed(_Stage):
             if node.origin:
                 target = targets.get(node.origin)
                 notes.append(f"from {node.origin}" + (f" ({target})" if target else ""))
-            lines.append(f"    {node.text()}" + (f"  # {comment(', '.join(notes))}" if notes else ""))
+            places.add(f"    {node.text()}" + (f"  # {comment(', '.join(notes))}" if notes else ""), node.module,
+                       node.source)
         lines.append(f"    return ({', '.join(graph.outputs)}{',' if len(graph.outputs) == 1 else ''})")
         return "\n".join(lines)
 
@@ -268,17 +302,19 @@ class Fused(_Stage):
         graph = self.previous.graph
         lines = [_header(f"fused by fusionlab.fuse with policy {self.policy_name!r}", self)]
         lines.append(f"def program({', '.join(graph.inputs)}):")
+        places = _Places(lines)
         for group in self.groups:
             outs = ", ".join(group.outputs)
             ins = ", ".join(group.inputs)
+            place = _group_place(group, graph)
             if group.kind == "extern":
-                lines.append(f"    [{outs}] = {group.nodes[0]}({ins})  # extern: {graph[group.nodes[0]].op}")
+                places.add_at(f"    [{outs}] = {group.nodes[0]}({ins})  # extern: {graph[group.nodes[0]].op}", place)
                 continue
             if group.kind == "view":
-                lines.append(f"    {outs} = view({ins})  # {graph[group.nodes[0]].op} between kernels")
+                places.add_at(f"    {outs} = view({ins})  # {graph[group.nodes[0]].op} between kernels", place)
                 continue
-            lines.append(f"    [{outs}] = {group.name}({ins})  # reads {group.bytes_read} B, writes "
-                         f"{group.bytes_written} B")
+            places.add_at(f"    [{outs}] = {group.name}({ins})  # reads {group.bytes_read} B, writes "
+                          f"{group.bytes_written} B", place)
             for name in group.nodes:
                 lines.append(f"        # {graph[name].text()}")
         lines.append(f"    return ({', '.join(graph.outputs)},)")

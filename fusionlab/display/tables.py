@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fusionlab.display import style
+from fusionlab.fusion.fuse import FusionGroup
+from fusionlab.ir import Graph
 from fusionlab.stages import Decomposed, Fused
 
 __all__ = ["Html", "decisions_table", "edges_table", "frame_table", "groups_table", "html_table",
@@ -73,7 +75,8 @@ def groups_table(fused: Fused, selected: str | None = None, max_height: str = ""
         ops = [graph[n].op for n in group.nodes if graph[n].kind != "input"]
         computing = sum(graph[n].kind not in ("view", "input") for n in group.nodes)  # views are index arithmetic
         rows.append([group.name, group.kind, computing, ", ".join(ops[:12]) + (" ..." if len(ops) > 12 else ""),
-                     ", ".join(group.origins), group.bytes_read, group.bytes_written])
+                     ", ".join(group.origins), _module_cell(group), _sources_cell(graph, group.nodes),
+                     group.bytes_read, group.bytes_written])
     if views:
         if selected is not None and any(selected == g.name or selected in g.nodes for g in views):
             marked.append(len(rows))
@@ -81,11 +84,26 @@ def groups_table(fused: Fused, selected: str | None = None, max_height: str = ""
         origins = [origin for g in views for origin in g.origins]
         rows.append([f"{len(views)} view{'s' if len(views) != 1 else ''}: " + ", ".join(names[:6])
                      + (" ..." if len(names) > 6 else ""), "view", len(views), "no kernel of their own",
-                     ", ".join(origins[:12]) + (" ..." if len(origins) > 12 else ""), None, None])
+                     ", ".join(origins[:12]) + (" ..." if len(origins) > 12 else ""), None, None, None, None])
     externs = sum(1 for group in fused.groups if group.kind == "extern")
     caption = f"{len(fused.kernels)} kernels, {externs} extern calls, {len(views)} views ({fused.policy_name!r} policy)"
-    return html_table(["group", "kind", "primitives", "ops", "aten nodes", "bytes read", "bytes written"], rows,
-                      marked, caption=caption, max_height=max_height)
+    return html_table(["group", "kind", "primitives", "ops", "aten nodes", "module", "source", "bytes read",
+                       "bytes written"], rows, marked, caption=caption, max_height=max_height)
+
+
+def _module_cell(group: FusionGroup) -> str:
+    """The module a group's ops share ("h.0.attn"), or the ones it spans when they share none."""
+    if group.module or not group.modules:
+        return group.module
+    spans = [m or "(top level)" for m in group.modules]
+    return ", ".join(spans[:4]) + (" ..." if len(spans) > 4 else "")
+
+
+def _sources_cell(graph: Graph, nodes: Sequence[str]) -> str:
+    """The user's lines a group's compute nodes came from, each once ("model.py:12 in forward; ...")."""
+    computing = [n for n in nodes if graph[n].kind not in ("view", "input")] or list(nodes)
+    sources = list(dict.fromkeys(graph[n].source for n in computing if graph[n].source))
+    return "; ".join(sources[:3]) + (" ..." if len(sources) > 3 else "")
 
 
 def decisions_table(fused: Fused, upto: int | None = None, max_height: str = "") -> str:

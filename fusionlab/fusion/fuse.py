@@ -52,7 +52,9 @@ class FusionGroup:
     bytes_written: int
     origins: tuple[str, ...]
     domain: Domain | None
-    modules: tuple[str, ...] = ()  # module paths of its compute nodes, in program order, each once
+    # module paths of its compute nodes, in program order, each once ("" for top-level code beside them); () when no
+    # node has a module (a plain function)
+    modules: tuple[str, ...] = ()
 
     @property
     def is_kernel(self) -> bool:
@@ -329,7 +331,8 @@ def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], 
     name = f"{info.kind}_{index}_{label[:48]}"
     origins = tuple(dict.fromkeys(n.origin for n in nodes))
     computing = [n for n in nodes if n.kind != "view"] or nodes
-    modules = tuple(dict.fromkeys(n.module for n in computing if n.module))
+    modules = tuple(dict.fromkeys(n.module for n in computing))
+    modules = modules if any(modules) else ()
     return FusionGroup(name, info.kind, tuple(members), tuple(inputs), tuple(stored), read, written, origins,
                        domain, modules)
 
