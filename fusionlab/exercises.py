@@ -7,6 +7,9 @@ passed and failed checks with hints; `bool(result)` is True when all passed.
     >>> result = check_pointwise_only(MyPolicy())
     >>> result                      # in a notebook: a checklist
     >>> assert result, "not yet"
+
+Stuck? `solution(1)` (or `solution("pointwise only")`) shows one solution's source; nothing in a lesson runs it
+for you. `solution(2).policy(6)` builds the reference policy, to compare with yours.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ from typing import Any
 import torch
 
 from fusionlab.explore import Exploration, explore
-from fusionlab.fusion.policy import GroupInfo, Verdict
+from fusionlab.fusion.policy import DefaultFusion, GroupInfo, Verdict
 from fusionlab.measure.devices import model_time
+from fusionlab.measure.timing import device_of, median_cuda_ms
 from fusionlab.measure.workloads import get
 
-__all__ = ["CheckResult", "check_pointwise_only", "check_policy_shape", "check_register_budget",
-           "compare_policies", "count_primitives", "exercise_cases"]
+__all__ = ["CheckResult", "SOLUTIONS", "Solution", "check_pointwise_only", "check_policy_shape",
+           "check_register_budget", "compare_policies", "count_primitives", "exercise_cases", "solution"]
 
 _COMPUTE = ("pointwise", "reduction")
 
@@ -165,16 +169,94 @@ def check_register_budget(policy: Any, max_primitives: int = 6) -> CheckResult:
 def compare_policies(fn: Callable[..., Any], *inputs: Any, policies: Sequence[Any] = ("none", "pointwise",
                                                                                       "default"),
                      profile: str = "H200") -> Any:
-    """A pandas DataFrame: per policy, kernels, bytes moved and the modelled time on `profile` (not measured)."""
+    """A pandas DataFrame: per policy, kernels, bytes moved, the modelled time on `profile` and, when the inputs
+    are on a GPU, the measured time of the fused program there (CUDA events, median)."""
     import pandas
 
+    where = device_of(fn, inputs)
     rows = []
     for policy in policies:
         ex = explore(fn, *inputs, policy=policy)
         launching = [g for g in ex.fused.groups if g.kind in ("pointwise", "reduction", "extern")]
         moved = sum(g.bytes_read + g.bytes_written for g in launching)
-        rows.append({"policy": ex.policy.name, "kernels": len(ex.fused.kernels), "launches": len(launching),
-                     "bytes moved": moved,
-                     f"modelled µs on {profile}": model_time(moved, len(launching), 0, profile) * 1e6,
-                     "verified": bool(ex.verify(seed=0).ok)})
+        row = {"policy": ex.policy.name, "kernels": len(ex.fused.kernels), "launches": len(launching),
+               "bytes moved": moved,
+               f"modelled µs on {profile}": model_time(moved, len(launching), 0, profile) * 1e6,
+               "verified": bool(ex.verify(seed=0).ok)}
+        if where.type == "cuda":  # measured only once verified: a wrong program is never timed
+            def run(ex: Exploration = ex) -> Any:
+                with torch.no_grad():
+                    return ex(*inputs)
+
+            name = torch.cuda.get_device_name(where)
+            row[f"measured µs on {name}"] = median_cuda_ms(run) * 1e3 if row["verified"] else float("nan")
+        rows.append(row)
     return pandas.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Solution:
+    """One solution of an exercise: `print(solution(1))` shows its source; `.policy(...)` builds the policy."""
+
+    exercise: str
+    source: str
+
+    def __repr__(self) -> str:
+        return f"# one solution of {self.exercise} (yours may differ and still pass)\n{self.source}"
+
+    def _repr_html_(self) -> str:
+        return (f"<div style='font-size:12px'><b>one solution of {html.escape(self.exercise)}</b> (yours may differ "
+                f"and still pass)<pre>{html.escape(self.source)}</pre></div>")
+
+    def policy(self, *arguments: Any) -> Any:
+        """The solution's policy object, built from its source (`solution(2).policy(6)`: a budget of 6)."""
+        namespace: dict[str, Any] = {"Verdict": Verdict, "DefaultFusion": DefaultFusion, "__name__": "solution"}
+        exec(compile(self.source, f"<solution of {self.exercise}>", "exec"), namespace)  # noqa: S102 - our source
+        classes = [value for value in namespace.values() if isinstance(value, type) and value.__module__ == "solution"]
+        return classes[-1](*arguments)
+
+
+SOLUTIONS: dict[str, Solution] = {
+    "pointwise only": Solution("exercise 1: pointwise only", '''class PointwiseOnly:
+    name = "pointwise-only"
+
+    def can_fuse(self, producer, consumer):
+        if "extern" in (producer.kind, consumer.kind):
+            return Verdict(False, "extern ops run outside kernels")
+        if "reduction" in (producer.kind, consumer.kind):
+            return Verdict(False, "this policy keeps reductions in kernels of their own")
+        return Verdict(True, "pointwise chain: the intermediate stays in registers")
+
+    def score(self, producer, consumer):
+        return 1
+'''),
+    "register budget": Solution("exercise 2: a register budget", '''class Budget:
+    def __init__(self, budget=6):
+        self.name = f"budget-{budget}"
+        self.budget = budget
+        self.default = DefaultFusion()
+
+    def can_fuse(self, producer, consumer):
+        verdict = self.default.can_fuse(producer, consumer)
+        if not verdict.ok:
+            return verdict
+        size = sum(node.kind in ("pointwise", "reduction") for node in producer.nodes + consumer.nodes)
+        if size > self.budget:
+            return Verdict(False, f"{size} primitives would pass the budget of {self.budget}")
+        return verdict
+
+    def score(self, producer, consumer):
+        return self.default.score(producer, consumer)
+'''),
+}
+
+
+def solution(exercise: int | str) -> Solution:
+    """One solution of exercise 1 or 2 of lesson 5 (by number or name): read it after trying your own."""
+    names = list(SOLUTIONS)
+    if isinstance(exercise, int) and not isinstance(exercise, bool) and 1 <= exercise <= len(names):
+        return SOLUTIONS[names[exercise - 1]]
+    if isinstance(exercise, str) and exercise.lower().strip() in SOLUTIONS:
+        return SOLUTIONS[exercise.lower().strip()]
+    raise ValueError(f"no exercise {exercise!r}: give a number 1..{len(names)} or one of "
+                     f"{', '.join(repr(n) for n in names)}")

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 
 import fusionlab as fl
 from fusionlab import Verdict
-from fusionlab.exercises import check_pointwise_only, check_policy_shape, check_register_budget, compare_policies
+from fusionlab.exercises import (
+    check_pointwise_only,
+    check_policy_shape,
+    check_register_budget,
+    compare_policies,
+    solution,
+)
 
 
 class Budget:
@@ -52,7 +59,7 @@ def test_default_policy_fails_exercise_one_with_a_hint() -> None:
 
 
 def test_register_budget() -> None:
-    assert check_register_budget(Budget(6), max_primitives=6)
+    assert check_register_budget(solution(2).policy(6), max_primitives=6)
     too_big = check_register_budget(fl.DefaultFusion(), max_primitives=3)
     assert not too_big and any("budget 3" in m for ok, m in too_big.checks if not ok)
 
@@ -89,3 +96,35 @@ def test_group_labels_count_compute_primitives_not_views() -> None:
     for group in ex.fused.kernels:
         computing = sum(graph[n].kind in ("pointwise", "reduction") for n in group.nodes)
         assert f"<td>{group.name}</td><td>{group.kind}</td><td>{computing}</td>" in table
+
+
+def test_solutions_are_shown_on_request_and_pass_their_checks() -> None:
+    first = solution(1)
+    assert first is solution("Pointwise only") and "class PointwiseOnly" in repr(first)
+    assert "class PointwiseOnly" in first._repr_html_()
+    policy = first.policy()
+    assert policy.name == "pointwise-only"
+    result = check_pointwise_only(policy)
+    assert result, result
+    assert solution(2).policy(4).budget == 4
+    for wrong in (0, 3, "exercise three", True):
+        try:
+            solution(wrong)  # type: ignore[arg-type]
+        except ValueError as error:
+            assert repr(wrong) in str(error) and "'register budget'" in str(error)
+        else:
+            raise AssertionError(f"solution({wrong!r}) gave a solution")
+
+
+def test_compare_policies_measures_only_on_a_gpu() -> None:
+    table = compare_policies(lambda x: torch.softmax(x, -1), torch.randn(4, 32), policies=["default"])
+    assert not any(column.startswith("measured") for column in table.columns)
+    assert table["modelled µs on H200"].iloc[0] > 0
+
+
+@pytest.mark.gpu
+def test_compare_policies_measures_on_a_gpu() -> None:
+    table = compare_policies(lambda x: torch.softmax(x, -1), torch.randn(1024, 1024, device="cuda"),
+                             policies=["none", "default"])
+    measured = [column for column in table.columns if column.startswith("measured µs on")]
+    assert len(measured) == 1 and (table[measured[0]] > 0).all() and table.verified.all()
