@@ -100,6 +100,7 @@ class _Graph:
     inputs: list[Any]  # the static buffers (copied positions) or the caller's tensors (in-place positions)
     copied: tuple[int, ...]  # positions copied into a buffer on every call
     in_place: tuple[tuple[int, int], ...]  # (position, data address) read where they lie
+    checked: tuple[tuple[int, Any], ...]  # (position, layout) of the in-place inputs that are not parameters
     outputs: tuple[torch.Tensor, ...]
 
 
@@ -129,20 +130,27 @@ class CudaGraphs:
         self.captures = 0
         self.replays = 0
         self._pool: Any = None
+        # The positions whose layout keys the graphs (inputs copied into buffers, and values that are no tensors),
+        # fixed at the first capture: a call's key is read from those alone, and a parameter read in place costs
+        # one address comparison (its layout cannot change without its address changing, short of resize_).
+        self._keyed: tuple[int, ...] | None = None
+        self._arity = -1
 
     def __repr__(self) -> str:
         return (f"CudaGraphs({self.name}, {self.captures} captured, {self.replays} replays, "
                 f"clone_outputs={self.clone_outputs})")
 
     def __call__(self, *tensors: Any) -> tuple[torch.Tensor, ...]:
-        key = tuple(_layout(t) for t in tensors)
         entry = None
-        for candidate in self.graphs.get(key, ()):
-            if all(tensors[i].data_ptr() == address for i, address in candidate.in_place):
-                entry = candidate
-                break
+        if self._keyed is not None and len(tensors) == self._arity:
+            key = tuple(_layout(tensors[i]) for i in self._keyed)
+            for candidate in self.graphs.get(key, ()):
+                if (all(tensors[i].data_ptr() == address for i, address in candidate.in_place)
+                        and all(_layout(tensors[i]) == layout for i, layout in candidate.checked)):
+                    entry = candidate
+                    break
         if entry is None:
-            entry = self._capture(tensors, key)
+            entry = self._capture(tensors)
         if entry.copied:
             torch._foreach_copy_([entry.inputs[i] for i in entry.copied], [tensors[i] for i in entry.copied])
         entry.graph.replay()
@@ -177,8 +185,28 @@ class CudaGraphs:
             return True
         return lasting(value.data_ptr()) or torch._debug_has_internal_overlap(value) != 0
 
-    def _capture(self, tensors: Sequence[Any], key: tuple[Any, ...]) -> _Graph:
+    def _partition(self, tensors: Sequence[Any]) -> tuple[int, ...]:
+        """The positions keyed by layout: fixed by the first capture (later calls must take the same positions)."""
+        if self._keyed is None:
+            self._arity = len(tensors)
+            self._keyed = tuple(i for i, value in enumerate(tensors)
+                                if not isinstance(value, torch.Tensor) or not self._in_place(i, value))
+        elif len(tensors) != self._arity:
+            raise CudaGraphsError(f"cudagraphs=True: {self.name} was captured with {self._arity} inputs and is "
+                                  f"called with {len(tensors)}: call it as it was first called")
+        unusable = [i for i in self._keyed if isinstance(tensors[i], torch.Tensor)
+                    and torch._debug_has_internal_overlap(tensors[i]) != 0]
+        if unusable:
+            raise CudaGraphsError(
+                f"cudagraphs=True: input {unusable[0]} of {self.name} has elements that share memory (an expanded "
+                "tensor) where its first call had none, so it cannot be copied into the graph's buffer: pass "
+                ".contiguous() inputs, or leave cudagraphs off")
+        return self._keyed
+
+    def _capture(self, tensors: Sequence[Any]) -> _Graph:
         device = self._device(tensors)
+        keyed = self._partition(tensors)
+        key = tuple(_layout(tensors[i]) for i in keyed)
         held = self.graphs.setdefault(key, [])
         if sum(len(entries) for entries in self.graphs.values()) >= self.max_graphs:
             raise CudaGraphsError(
@@ -188,11 +216,14 @@ class CudaGraphs:
         inputs: list[Any] = list(tensors)
         copied: list[int] = []
         in_place: list[tuple[int, int]] = []
+        checked: list[tuple[int, Any]] = []
         for position, value in enumerate(tensors):
             if not isinstance(value, torch.Tensor):
                 continue
-            if self._in_place(position, value):
+            if position not in keyed:
                 in_place.append((position, value.data_ptr()))
+                if not isinstance(value, torch.nn.Parameter):
+                    checked.append((position, _layout(value)))
                 continue
             buffer = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device)
             buffer.copy_(value)
@@ -221,7 +252,7 @@ class CudaGraphs:
             torch.cuda.set_rng_state(rng, device)  # the first replay draws what an eager call would
         if not self.clone_outputs:
             _remember(outputs)
-        entry = _Graph(graph, inputs, tuple(copied), tuple(in_place), outputs)
+        entry = _Graph(graph, inputs, tuple(copied), tuple(in_place), tuple(checked), outputs)
         held.append(entry)
         self.captures += 1
         return entry
