@@ -1,0 +1,76 @@
+"""Reading the CUDA profiler: each GPU kernel with the host ranges that launched it.
+
+A kernel's device event is linked (by correlation id) to the host event that was innermost when it was launched;
+walking that event's parents gives the ranges around the launch: a module's `record_function` range
+(`fusionlab.profile.eager`), a backward call. Times are µs, as the profiler gives them.
+
+    >>> kernels = gpu_kernels(profiler.events())
+    >>> kernels[0].name, kernels[0].module
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fusionlab.profile.eager import RANGE_PREFIX
+
+__all__ = ["GpuKernel", "gpu_kernels", "host_ms_by_module", "kernel_us_by_name", "module_gpu_ms"]
+
+
+@dataclass(frozen=True)
+class GpuKernel:
+    """One kernel the GPU ran: its name, start and end (µs) and the innermost module range that launched it."""
+
+    name: str
+    start: float
+    end: float
+    module: str | None  # None: launched outside every module range
+
+
+def gpu_kernels(events: Iterable[Any]) -> list[GpuKernel]:
+    """Every CUDA kernel event (copies and memsets left out), in start order, with its launching module."""
+    from torch.autograd import DeviceType
+
+    events = list(events)
+    host = {event.id: event for event in events if event.device_type == DeviceType.CPU}
+    kernels = []
+    for event in events:
+        if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset")):
+            continue
+        launcher = host.get(getattr(event, "linked_correlation_id", 0))
+        module = None
+        while launcher is not None and module is None:
+            if launcher.name.startswith(RANGE_PREFIX):
+                module = launcher.name[len(RANGE_PREFIX):]
+            launcher = launcher.cpu_parent
+        kernels.append(GpuKernel(event.name, event.time_range.start, event.time_range.end, module))
+    return sorted(kernels, key=lambda k: k.start)
+
+
+def module_gpu_ms(kernels: Sequence[GpuKernel]) -> dict[str, float]:
+    """Each module's own GPU milliseconds: the kernels whose innermost launching range is that module."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    for kernel in kernels:
+        if kernel.module is not None:
+            totals[kernel.module] += (kernel.end - kernel.start) / 1e3
+    return dict(totals)
+
+
+def host_ms_by_module(events: Iterable[Any]) -> dict[str, float]:
+    """Each module's inclusive host milliseconds: its ranges' durations on the CPU."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    for event in events:
+        if event.name.startswith(RANGE_PREFIX):
+            totals[event.name[len(RANGE_PREFIX):]] += event.time_range.elapsed_us() / 1e3
+    return dict(totals)
+
+
+def kernel_us_by_name(kernels: Sequence[GpuKernel], calls: int) -> dict[str, float]:
+    """Mean µs per call of each kernel name over `calls` calls."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    for kernel in kernels:
+        totals[kernel.name] += kernel.end - kernel.start
+    return {name: total / calls for name, total in totals.items()}

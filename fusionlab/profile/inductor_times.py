@@ -1,0 +1,175 @@
+"""Inductor's time per module: the model compiled by Inductor, run under torch.profiler, each kernel given to
+the modules of the aten nodes it covers.
+
+Each program Inductor generates is parsed by the adapter (`fusionlab.inductor.adapter.parse_program`), which
+matches its kernels onto the aten nodes of the fusionlab graph compiled for the same Dynamo graph (Dynamo splits a
+model the same way for both backends, in the same order), and those nodes carry their module. On a CPU the C++
+kernels are profiled with `cpp.enable_kernel_profile` (one profiler range per kernel) and an extern call (mm,
+addmm, bmm) is the i-th call of its op in the program; on CUDA each Triton kernel's GPU time is read by its name.
+Time the profile cannot attribute (allocations, the wrapper's Python, a kernel whose name is not unique) is kept
+apart as unattributed, never spread over modules.
+
+    >>> times = inductor_times(step, explorations, rounds=3, device=torch.device("cpu"))
+    >>> times.per_module["transformer.h.0.mlp"]          # ms per round
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fusionlab.fusion.fuse import common_module
+from fusionlab.inductor.adapter import parse_program
+from fusionlab.inductor.records import InductorKernel
+from fusionlab.measure.timing import quiet_cuda_toolkit_lookup
+
+__all__ = ["InductorTimes", "inductor_times"]
+
+_CALL = "## Call CompiledFxGraph"
+_PROFILED_KERNEL = re.compile(r"^graph_\d+_(?P<name>.+)$")
+
+
+@dataclass
+class InductorTimes:
+    """Inductor's per-module times over rounds (ms, each module's own kernels: not yet summed over children)."""
+
+    rounds: list[dict[str, float]] = field(default_factory=list)  # module -> ms, one dict per round
+    total: list[float] = field(default_factory=list)  # the graphs' calls (CPU) or their kernels (CUDA), per round
+    unattributed: list[float] = field(default_factory=list)
+    kernels: list[tuple[int, InductorKernel, str]] = field(default_factory=list)  # (program, kernel, module)
+    compile_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def per_module(self) -> dict[str, list[float]]:
+        """Module -> its own kernels' ms in each round (0 in a round that ran none of them)."""
+        modules = {module for values in self.rounds for module in values}
+        return {module: [values.get(module, 0.0) for values in self.rounds] for module in sorted(modules)}
+
+
+def _module_of(kernel: InductorKernel, modules: dict[str, str]) -> str:
+    return common_module(m for m in (modules.get(name, "") for name in kernel.node_names) if m) if any(
+        modules.get(name) for name in kernel.node_names) else ""
+
+
+def inductor_times(step: Callable[[], Any], explorations: Sequence[Any], *, rounds: int,
+                   device: torch.device) -> InductorTimes:
+    """Compile `step` (which calls a `torch.compile(model)` made with Inductor) on its first call, then profile
+    `rounds` calls. `explorations` are fusionlab's graphs of the same model in the order they were compiled."""
+    import time
+
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    quiet_cuda_toolkit_lookup()
+    result = InductorTimes()
+    settings: dict[str, Any] = {
+        "force_disable_caches": True,  # a cached graph would come back without its generated source
+        "cpp.enable_kernel_profile": True,  # each C++ kernel is a profiler range named graph_<n>_<kernel>
+        "cpp.descriptive_names": "original_aten",
+        "triton.descriptive_names": "original_aten",
+    }
+    start = time.perf_counter()
+    with config.patch(settings), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, codes = run_and_get_code(step)
+    result.compile_s = time.perf_counter() - start
+    matched = len(codes) == len(explorations)
+    if not matched:
+        result.notes.append(f"Inductor made {len(codes)} programs where fusionlab made {len(explorations)} graphs: "
+                            "its kernels are not matched to modules (their time is unattributed)")
+    programs: list[tuple[InductorKernel, ...]] = []
+    modules: list[dict[str, str]] = []
+    for index, code in enumerate(codes):
+        nodes = explorations[index].captured.aten_nodes if matched else None
+        programs.append(parse_program(code, nodes))
+        modules.append({node.name: node.module for node in nodes} if nodes is not None else {})
+    for index, program in enumerate(programs):
+        result.kernels.extend((index, kernel, _module_of(kernel, modules[index])) for kernel in program)
+    owner = {(index, kernel.name): module for index, kernel, module in result.kernels}
+
+    for _ in range(rounds):
+        events = _profiled(step, device)
+        per_module: dict[str, float] = collections.defaultdict(float)
+        if device.type == "cuda":
+            total, unattributed = _attribute_cuda(events, result.kernels, per_module)
+        else:
+            total, unattributed = _attribute_cpu(events, programs, owner, per_module)
+        per_module[""] += unattributed  # the model's own row holds what no module's kernels explain
+        result.rounds.append(dict(per_module))
+        result.total.append(total)
+        result.unattributed.append(unattributed)
+    return result
+
+
+def _profiled(step: Callable[[], Any], device: torch.device) -> list[Any]:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(activities=activities) as profiler:
+            step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    return list(profiler.events())
+
+
+def _attribute_cpu(events: list[Any], programs: list[tuple[InductorKernel, ...]],
+                   owner: dict[tuple[int, str], str], per_module: dict[str, float]) -> tuple[float, float]:
+    """Each graph call's children, in order: C++ kernels by name, extern calls by op and order."""
+    calls = sorted((e for e in events if e.name.startswith(_CALL)), key=lambda e: e.time_range.start)
+    total = sum(e.time_range.elapsed_us() for e in calls) / 1e3
+    if len(calls) != len(programs):
+        return total, total
+    attributed = 0.0
+    for index, call in enumerate(calls):
+        externs: dict[str, list[InductorKernel]] = collections.defaultdict(list)
+        for kernel in programs[index]:
+            if kernel.language == "extern" and kernel.aten_ops:
+                externs[kernel.aten_ops[0]].append(kernel)
+        seen: collections.Counter[str] = collections.Counter()
+        for child in sorted(call.cpu_children, key=lambda e: e.time_range.start):
+            profiled = _PROFILED_KERNEL.match(child.name)
+            name = None
+            if profiled:
+                name = profiled["name"]
+            elif child.name.startswith("aten::"):
+                op = child.name.removeprefix("aten::")
+                if seen[op] < len(externs.get(op, ())):
+                    name = externs[op][seen[op]].name
+                seen[op] += 1
+            if name is None or (index, name) not in owner:
+                continue
+            milliseconds = child.time_range.elapsed_us() / 1e3
+            per_module[owner[(index, name)]] += milliseconds
+            attributed += milliseconds
+    return total, max(0.0, total - attributed)
+
+
+def _attribute_cuda(events: list[Any], kernels: list[tuple[int, InductorKernel, str]],
+                    per_module: dict[str, float]) -> tuple[float, float]:
+    """Each GPU kernel by its name, where one program's kernel has it (Inductor's names repeat across graphs)."""
+    from torch.autograd import DeviceType
+
+    by_name: dict[str, set[str]] = collections.defaultdict(set)
+    for _, kernel, module in kernels:
+        by_name[kernel.name].add(module)
+    total = unattributed = 0.0
+    for event in events:
+        if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset")):
+            continue
+        milliseconds = event.time_range.elapsed_us() / 1e3
+        total += milliseconds
+        owners = by_name.get(event.name)
+        if owners is not None and len(owners) == 1:
+            per_module[next(iter(owners))] += milliseconds
+        else:
+            unattributed += milliseconds
+    return total, unattributed

@@ -1,0 +1,218 @@
+"""`ModelProfile`: what `fl.profile` found in a model, as tables, a page, a widget and a trace.
+
+    >>> prof = fl.profile(model, **inputs)
+    >>> prof.graphs                       # each Dynamo graph (graph breaks with reason and line), each an Exploration
+    >>> prof.modules                      # pandas DataFrame over the module tree
+    >>> prof.kernels                      # every kernel: module, group, bytes, time, % of the roofline
+    >>> prof.show(); prof.to_html("gpt2.html"); prof.trace("gpt2.json")
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fusionlab.measure.devices import DeviceProfile
+from fusionlab.profile.kernels import KernelRecord
+from fusionlab.profile.modules import MODULE_COLUMNS
+from fusionlab.profile.records import GraphBreak, GraphProfile, Spread
+
+__all__ = ["ModelProfile"]
+
+_KERNEL_COLUMNS = tuple(KernelRecord.__dataclass_fields__)
+_STYLE = """
+.fl-profile { font-family: Helvetica, Arial, sans-serif; color: #111827; }
+.fl-profile table { border-collapse: collapse; font-size: 12px; }
+.fl-profile th, .fl-profile td { border: 1px solid #e5e7eb; padding: 2px 6px; text-align: right; }
+.fl-profile td:first-child, .fl-profile th:first-child { text-align: left; }
+.fl-profile .fl-note { font-size: 12px; color: #4b5563; }
+.fl-profile .fl-scroll { max-height: 420px; overflow: auto; }
+"""
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """A model profiled by `fl.profile`: its graphs, its module tree and its kernels, with the times of eager,
+    fusionlab and Inductor. `timing` says where every figure came from (measured, modelled, rounds, threads).
+    Example: `fl.profile(model, **inputs).modules.sort_values("eager_ms")`.
+    """
+
+    model_name: str
+    train: bool
+    device: str
+    device_profile: DeviceProfile
+    graphs: tuple[GraphProfile, ...]
+    module_rows: tuple[dict[str, Any], ...]
+    kernel_rows: tuple[dict[str, Any], ...]
+    eager: Spread
+    inductor: Spread | None
+    inductor_unattributed: Spread | None
+    timing: str
+    notes: tuple[str, ...]
+    trace_events: dict[str, Any]
+    threads: int | None
+    rounds: int
+
+    # ---- tables -----------------------------------------------------------------------------------------
+
+    @property
+    def modules(self) -> Any:
+        """A pandas DataFrame, one row per module in tree order ("" is the model itself); every figure covers
+        the module and what is under it."""
+        import pandas as pd
+
+        return pd.DataFrame(list(self.module_rows), columns=list(MODULE_COLUMNS))
+
+    @property
+    def kernels(self) -> Any:
+        """A pandas DataFrame, one row per launch of fusionlab's programs (kernels and extern calls), in launch
+        order, graph by graph."""
+        import pandas as pd
+
+        return pd.DataFrame(list(self.kernel_rows), columns=list(_KERNEL_COLUMNS))
+
+    @property
+    def breaks(self) -> tuple[GraphBreak, ...]:
+        """The graph breaks, in graph order (one per Dynamo graph that a break ended)."""
+        seen: dict[int, GraphBreak] = {}
+        for graph in self.graphs:
+            if graph.ended_by is not None:
+                seen.setdefault(graph.index, graph.ended_by)
+        return tuple(seen.values())
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes of activations the forward graphs save for the backward graphs (0 in inference)."""
+        return sum(g.saved_bytes for g in self.graphs if g.role == "forward")
+
+    def module(self, path: str) -> dict[str, Any]:
+        """One module's row ("" for the model)."""
+        for row in self.module_rows:
+            if row["module"] == path:
+                return dict(row)
+        raise KeyError(f"no module {path!r} in the profile of {self.model_name}: its modules are "
+                       f"{', '.join(repr(r['module']) for r in self.module_rows[:8])}, ...")
+
+    # ---- text -------------------------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        mode = "training step" if self.train else "inference"
+        kernels = sum(g.kernels for g in self.graphs)
+        return (f"ModelProfile({self.model_name}, {mode} on {self.device}: {len(self.graphs)} graphs, "
+                f"{len(self.breaks)} graph breaks, {kernels} kernels; eager {self.eager})")
+
+    def as_text(self) -> str:
+        """A readable summary: timings, notes, each graph with its verdict and break, the heaviest modules."""
+        lines = [repr(self), f"# {self.timing}"]
+        lines += [f"# note: {note}" for note in self.notes]
+        if self.inductor is not None:
+            lines.append(f"Inductor: {self.inductor} over its graphs' calls"
+                         + (f", of which {self.inductor_unattributed} not attributed to a module"
+                            if self.inductor_unattributed else ""))
+        for graph in self.graphs:
+            lines.append(f"{graph.name}: {graph.kernels} kernels, {graph.externs} externs; {graph.verdict}")
+            if graph.saved_bytes:
+                lines.append(f"    saves {graph.saved_bytes:,} bytes of activations for the backward graph")
+            if graph.ended_by is not None:
+                lines.append(f"    ended by a {graph.ended_by}")
+        lines.append("heaviest modules (eager ms, inclusive):")
+        rows = sorted((r for r in self.module_rows if r["module"] and r["eager_ms"] is not None),
+                      key=lambda r: -r["eager_ms"])[:8]
+        lines += [f"    {r['module']:<40} {r['eager_ms']:.4g} ms  {r['kernels']} kernels" for r in rows]
+        return "\n".join(lines)
+
+    # ---- views ------------------------------------------------------------------------------------------
+
+    def _summary_html(self) -> str:
+        items = "".join(f"<li>{html.escape(g.name)}: {g.kernels} kernels, {g.externs} externs; "
+                        f"<b>{html.escape(str(g.verdict))}</b>"
+                        + (f"; saves {g.saved_bytes:,} bytes for backward" if g.saved_bytes else "")
+                        + (f"<br><span class='fl-note'>ended by a {html.escape(str(g.ended_by))}</span>"
+                           if g.ended_by else "") + "</li>" for g in self.graphs)
+        notes = "".join(f"<li class='fl-note'>{html.escape(n)}</li>" for n in self.notes)
+        inductor = (f"<p>Inductor: {html.escape(str(self.inductor))}</p>" if self.inductor is not None else "")
+        return (f"<h3>{html.escape(repr(self))}</h3><p class='fl-note'>{html.escape(self.timing)}</p>"
+                f"{inductor}<ul>{items}</ul>" + (f"<ul>{notes}</ul>" if notes else ""))
+
+    def _tables_html(self, kernels: int = 40) -> tuple[str, str]:
+        modules = self.modules.to_html(index=False, na_rep="–", float_format=lambda v: f"{v:.4g}")
+        frame = self.kernels
+        if len(frame) > kernels:
+            frame = frame.sort_values("time_us", ascending=False).head(kernels)
+        note = f"<p class='fl-note'>the {len(frame)} longest of {len(self.kernel_rows)} launches</p>" if len(
+            self.kernel_rows) > kernels else ""
+        return (f"<div class='fl-scroll'>{modules}</div>",
+                note + f"<div class='fl-scroll'>{frame.to_html(index=False, na_rep='–', float_format=_short)}</div>")
+
+    def _chart_html(self) -> str:
+        try:
+            from fusionlab.display.modules import icicle
+        except ImportError:  # the module view is not in this installation
+            return ""
+        frame = self.modules
+        column = "eager_ms"
+        if frame[column].isna().all():
+            return ""
+        try:
+            chart = icicle(frame[["module", column]], value=column, label=f"eager, {self.timing.split(';')[0]}")
+        except (ValueError, TypeError):  # nothing positive to draw
+            return ""
+        return f"<h4>eager time by module</h4>{chart._repr_html_()}"
+
+    def _repr_html_(self) -> str:
+        modules, kernels = self._tables_html()
+        return (f"<div class='fl-profile'><style>{_STYLE}</style>{self._summary_html()}{self._chart_html()}"
+                f"<h4>modules</h4>{modules}<h4>kernels</h4>{kernels}</div>")
+
+    def to_html(self, path: str | Path) -> Path:
+        """Write a self-contained page (no kernel, no network needed): summary, time by module, the module and
+        kernel tables, each graph's break and verdict."""
+        target = Path(path)
+        page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.model_name)} profile"
+                f"</title></head><body>{self._repr_html_()}</body></html>")
+        target.write_text(page, encoding="utf-8")
+        return target
+
+    def trace(self, path: str | Path) -> Path:
+        """Write the Chrome/Perfetto trace (open it in ui.perfetto.dev or chrome://tracing)."""
+        target = Path(path)
+        target.write_text(json.dumps(self.trace_events), encoding="utf-8")
+        return target
+
+    def show(self) -> Any:
+        """The profile as a widget: summary and time by module first; the tables and each graph's Explorer are
+        built when their tab is opened."""
+        import ipywidgets as widgets
+
+        modules, kernels = self._tables_html()
+        style = f"<style>{_STYLE}</style>"
+        graphs = widgets.VBox()
+        tabs = widgets.Tab(children=[widgets.HTML(f"<div class='fl-profile'>{style}{modules}</div>"),
+                                     widgets.HTML(f"<div class='fl-profile'>{style}{kernels}</div>"), graphs])
+        for index, title in enumerate(("modules", "kernels", "graphs")):
+            tabs.set_title(index, title)
+        buttons = []
+        output = widgets.Output()
+        for graph in self.graphs:
+            button = widgets.Button(description=f"open {graph.name}", layout=widgets.Layout(width="auto"),
+                                    tooltip=str(graph.verdict))
+            button.on_click(lambda _, g=graph: _open(output, g))
+            buttons.append(button)
+        graphs.children = [widgets.HBox(buttons), output]
+        return widgets.VBox([widgets.HTML(f"<div class='fl-profile'>{style}{self._summary_html()}"
+                                          f"{self._chart_html()}</div>"), tabs])
+
+
+def _open(output: Any, graph: GraphProfile) -> None:
+    from IPython.display import display
+
+    output.clear_output()
+    with output:
+        display(graph.exploration.show())
+
+
+def _short(value: float) -> str:
+    return f"{value:.4g}"

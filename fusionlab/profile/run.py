@@ -1,0 +1,277 @@
+"""`fl.profile(model, *inputs)`: a whole model through the fusionlab backend, eager and Inductor, module by module.
+
+    >>> from fusionlab import models
+    >>> model, inputs = models.build("gpt2", size="tiny")
+    >>> prof = fl.profile(model, **inputs)                  # inference: model.eval() for the profile, mode restored
+    >>> prof.modules.sort_values("eager_ms").tail()         # pandas DataFrame over the module tree
+    >>> prof.trace("gpt2.json")                             # open in ui.perfetto.dev
+
+The model runs through `torch.compile(model, backend="fusionlab")`, so its graphs are Dynamo's (graph breaks are
+real breaks, with the reason and the user's line), split by AOTAutograd into forward and backward in training.
+On CUDA every time comes from the CUDA profiler; on a CPU eager and Inductor are measured per module over several
+rounds at a fixed thread count (median and spread) and fusionlab's kernels, which run under Triton's interpreter
+there, are modelled on a GPU profile and labelled so.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fusionlab import dynamo_backend
+from fusionlab.measure.devices import DeviceProfile, get_profile
+from fusionlab.measure.timing import device_of
+from fusionlab.models.zoo import loss_of
+from fusionlab.profile import cuda
+from fusionlab.profile.eager import ModuleClock, eager_rounds, fixed_threads
+from fusionlab.profile.inductor_times import InductorTimes, inductor_times
+from fusionlab.profile.kernels import KernelRecord, kernel_records, modelled_timeline
+from fusionlab.profile.model_profile import ModelProfile
+from fusionlab.profile.modules import inclusive, module_rows
+from fusionlab.profile.records import GraphProfile, Spread, parse_break
+from fusionlab.profile.timeline import annotate_trace, modelled_trace
+from fusionlab.profile.verdict import verdict_of
+
+__all__ = ["profile"]
+
+Step = Callable[[], Any]
+
+
+def _step(model: torch.nn.Module, run: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+          train: bool) -> Step:
+    if not train:
+        def infer() -> Any:
+            with torch.no_grad():
+                return run(*args, **kwargs)
+        return infer
+    parameters = [p for p in model.parameters() if p.requires_grad]
+
+    def step() -> Any:
+        for parameter in parameters:
+            parameter.grad = None
+        loss = loss_of(run(*args, **kwargs))
+        loss.backward()
+        return loss.detach()
+    return step
+
+
+def _synchronised(step: Step, device: torch.device) -> Step:
+    if device.type != "cuda":
+        return step
+
+    def run() -> Any:
+        result = step()
+        torch.cuda.synchronize(device)
+        return result
+    return run
+
+
+def _dropout(model: torch.nn.Module) -> list[str]:
+    return [path for path, module in model.named_modules()
+            if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0]
+
+
+def _saved(graph: dynamo_backend.BackendGraph) -> tuple[int, tuple[str, ...]]:
+    """The backward graph's inputs that are neither parameters and inputs (primals_*) nor gradients
+    (tangents_*): the activations its forward graph saved for it."""
+    total, names = 0, []
+    for node in graph.graph_module.graph.nodes:
+        if node.op != "placeholder" or node.name.startswith(("primals", "tangents")):
+            continue
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            elements = 1
+            for size in value.shape:
+                elements *= dynamo_backend.hint_int(size)
+            total += elements * value.element_size()
+            names.append(node.name)
+    return total, tuple(names)
+
+
+def profile(model: torch.nn.Module, *inputs: Any, train: bool = False, rounds: int = 5, threads: int | None = 1,
+            inductor: bool = True, device_profile: str | DeviceProfile = "H200", **kwargs: Any) -> ModelProfile:
+    """Profile `model(*inputs, **kwargs)`: its Dynamo graphs through fusionlab, and eager, fusionlab and Inductor
+    time per module and per kernel.
+
+    `train=False` profiles inference: under `torch.no_grad()` with `model.eval()` (dropout off), the model's mode
+    restored after. `train=True` profiles a training step (the output's `.loss`, else the mean of its first tensor,
+    then `.backward()`) in train mode. `rounds` timed rounds per figure, at `threads` intra-op threads on a CPU
+    (None: leave the count); `inductor=False` leaves Inductor out (its compile is the slow part on a CPU);
+    `device_profile` is the GPU fusionlab's kernels are modelled on when there is none.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"fl.profile profiles an nn.Module, got {type(model).__name__}: wrap the function in a "
+                        "module, or use fl.explore(fn, *inputs) for a function")
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    device = device_of(model, inputs + tuple(kwargs.values()))
+    gpu = get_profile(device_profile)
+    notes: list[str] = []
+    was_training = model.training
+    model.train(train)
+    if was_training and not train:
+        notes.append("the model was in train mode: it was profiled in eval mode (dropout off, as inference runs), "
+                     "and put back in train mode after; pass train=True to profile a training step")
+    if train and _dropout(model):
+        notes.append(f"dropout draws random numbers in train mode ({', '.join(_dropout(model)[:3])}"
+                     f"{', ...' if len(_dropout(model)) > 3 else ''}): it runs as an extern op between kernels; "
+                     "build the model with dropout 0 to profile the rest alone")
+    try:
+        with fixed_threads(threads if device.type == "cpu" else None) as used:
+            return _profile(model, inputs, kwargs, train=train, rounds=rounds, device=device, gpu=gpu,
+                            inductor=inductor, notes=notes, threads=used)
+    finally:
+        model.train(was_training)
+
+
+def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, train: bool, rounds: int,
+             device: torch.device, gpu: DeviceProfile, inductor: bool, notes: list[str], threads: int
+             ) -> ModelProfile:
+    torch._dynamo.reset()  # else a model compiled before (by an earlier profile) compiles no new graph
+    before = dynamo_backend.mark()
+    ours = torch.compile(model, backend="fusionlab")
+    our_step = _synchronised(_step(model, ours, args, kwargs, train), device)
+    eager_step = _synchronised(_step(model, model, args, kwargs, train), device)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events")
+        our_step()
+        compiled = dynamo_backend.since(before)
+        if not compiled:
+            raise RuntimeError(f"torch.compile(backend='fusionlab') compiled no graph of {type(model).__name__}: "
+                               "Dynamo ran it all in Python (see torch._dynamo.explain(model)(...) for why)")
+        on_cuda = device.type == "cuda"
+        measured: dict[str, float] | None = None
+        trace: dict[str, Any] | None = None
+        session: list[cuda.GpuKernel] = []
+        host: dict[str, float] | None = None
+        cuda_rounds: list[dict[str, float]] = []
+        if on_cuda:
+            measured, host, cuda_rounds, trace, session, more = _cuda_session(model, eager_step, our_step,
+                                                                              compiled, rounds)
+            notes.extend(more)
+        records_by_graph: list[tuple[Any, list[KernelRecord]]] = []
+        for graph in compiled:
+            records = kernel_records(graph.exploration, graph=graph.name, role=graph.role, profile=gpu,
+                                     measured_us=measured)
+            records_by_graph.append((graph, records))
+        eager_per_round, walls, spans = eager_rounds(model, eager_step, rounds)
+        if on_cuda:  # eager's figure per module is its GPU time; the hooks' wall times are the host's
+            eager_per_round = cuda_rounds
+        inductor_result: InductorTimes | None = None
+        if inductor:
+            compiled_inductor = torch.compile(model)
+            inductor_result = inductor_times(_synchronised(_step(model, compiled_inductor, args, kwargs, train),
+                                                           device), [g.exploration for g in compiled],
+                                             rounds=rounds, device=device)
+            notes.extend(inductor_result.notes)
+
+    saved = {g.index: _saved(g) for g in compiled if g.role == "backward"}
+    graphs = []
+    for graph, records in records_by_graph:
+        if on_cuda:
+            verdict = _measured_verdict(records, session, device)
+        else:
+            _, intervals = modelled_timeline(records, gpu)
+            verdict = verdict_of(intervals, modelled=True, device=gpu.name)
+        saved_bytes, saved_names = saved.get(graph.index, (0, ()))
+        graphs.append(GraphProfile(
+            index=graph.index, role=graph.role, exploration=graph.exploration, ended_by=parse_break(graph.ended_by),
+            verdict=verdict, kernels=sum(1 for r in records if r.kind != "extern"),
+            externs=sum(1 for r in records if r.kind == "extern"),
+            saved_bytes=saved_bytes if graph.role in ("forward", "backward") else 0, saved=saved_names))
+    kernels = [record for _, records in records_by_graph for record in records]
+    fusionlab_timing = "measured (CUDA profiler)" if on_cuda else f"modelled on {gpu.name}"
+    eager_note = ("measured (CUDA profiler)" if on_cuda else
+                  f"measured on the CPU, wall time, {threads} thread{'s' * (threads != 1)}")
+    eager_medians = {k: v.median for k, v in _spreads(eager_per_round).items()}
+    rows = module_rows(model, kernels=kernels, fusionlab_timing=fusionlab_timing, eager=eager_per_round,
+                       inductor=inductor_result.rounds if inductor_result else (),
+                       host=host if on_cuda else eager_medians, gpu=eager_medians if on_cuda else None)
+    if trace is None:
+        trace = modelled_trace([(g.name, r) for g, r in records_by_graph], spans, profile=gpu,
+                               model_name=type(model).__name__, eager_note=eager_note)
+    else:
+        trace = annotate_trace(trace, kernels)
+    if train:
+        notes.append("eager's per-module times are the forward calls (module hooks); the model's own row is the "
+                     "whole training step, backward included")
+    return ModelProfile(
+        model_name=type(model).__name__, train=train, device=str(device), device_profile=gpu,
+        graphs=tuple(graphs), module_rows=tuple(rows), kernel_rows=tuple(r.row() for r in kernels),
+        eager=Spread.of(walls),
+        inductor=Spread.of(inductor_result.total) if inductor_result and inductor_result.total else None,
+        inductor_unattributed=Spread.of(inductor_result.unattributed) if inductor_result else None,
+        timing=(f"eager {eager_note}; fusionlab {fusionlab_timing}; Inductor "
+                + ("measured (CUDA profiler)" if on_cuda else "measured on the CPU (torch.profiler ranges)")
+                + f"; {rounds} round{'s' * (rounds != 1)}, median (fastest-slowest)"),
+        notes=tuple(notes), trace_events=trace, threads=threads if not on_cuda else None, rounds=rounds)
+
+
+def _spreads(per_round: list[dict[str, float]]) -> dict[str, Spread]:
+    paths = {path for values in per_round for path in values}
+    return {path: Spread.of(values.get(path, 0.0) for values in per_round) for path in paths}
+
+
+def _measured_verdict(records: list[KernelRecord], kernels: list[cuda.GpuKernel], device: torch.device) -> Any:
+    """The GPU kernels that ran between this graph's first and last kernel (externs included), in the traced step."""
+    names = {r.kernel for r in records if r.kind != "extern"}
+    mine = [k for k in kernels if k.name in names]
+    name = torch.cuda.get_device_name(device)
+    if not mine:
+        return verdict_of([], modelled=False, device=name)
+    start, end = min(k.start for k in mine), max(k.end for k in mine)
+    return verdict_of([(k.start, k.end) for k in kernels if k.end > start and k.start < end], modelled=False,
+                      device=name)
+
+
+def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
+                  compiled: list[dynamo_backend.BackendGraph], rounds: int
+                  ) -> tuple[dict[str, float], dict[str, float], list[dict[str, float]], dict[str, Any],
+                             list[cuda.GpuKernel], list[str]]:
+    """On CUDA: our kernels' µs per call, eager's host ms per module (median) and GPU ms per module and round
+    (inclusive), and one step of eager and fusionlab traced."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    notes = []
+    eager_step()
+    with torch_profile(activities=activities) as profiler:
+        for _ in range(rounds):
+            our_step()
+    measured = cuda.kernel_us_by_name(cuda.gpu_kernels(profiler.events()), rounds)
+    owners: dict[str, set[int]] = {}
+    for graph in compiled:
+        for kernel in graph.exploration.generated.kernels:
+            owners.setdefault(kernel.name, set()).add(graph.index)
+    shared = sorted(name for name, graphs in owners.items() if len(graphs) > 1)
+    for name in shared:
+        measured.pop(name, None)
+    if shared:
+        notes.append(f"{len(shared)} kernel names are shared by several graphs ({', '.join(shared[:3])}): "
+                     "their measured time is left out rather than guessed")
+    eager_per_round: list[dict[str, float]] = []
+    host_per_round: list[dict[str, float]] = []
+    paths = [path for path, _ in model.named_modules()]
+    for _ in range(rounds):  # one profile per round, so that each round is a sample of the spread
+        with ModuleClock(model, ranges=True), torch_profile(activities=activities) as profiler:
+            eager_step()
+        events = list(profiler.events())
+        host_per_round.append(cuda.host_ms_by_module(events))
+        eager_per_round.append(inclusive(cuda.module_gpu_ms(cuda.gpu_kernels(events)), paths))
+    with ModuleClock(model, ranges=True), torch_profile(activities=activities) as profiler:
+        eager_step()
+        our_step()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.json"
+        profiler.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    session = cuda.gpu_kernels(profiler.events())
+    host = {path: Spread.of(r.get(path, 0.0) for r in host_per_round).median for path in paths}
+    return measured, host, eager_per_round, trace, session, notes
