@@ -2,6 +2,8 @@
 # The model zoo at GPU size on one GPU: correctness against eager first, then eager / fusionlab / Inductor.
 #   bash benchmarks/models_gpu.sh OUT_DIR [MODES] [MODELS...]
 # MODES: inference, training or inference,training (default). Writes OUT_DIR/bench_models_<gpu>.{csv,md}.
+# Each model and mode gives two rows: plain (fusionlab vs Inductor) and CUDA graphs (fusionlab cudagraphs=True vs
+# Inductor mode="reduce-overhead"), each with host ms and GPU ms of eager / fusionlab / Inductor.
 set -uo pipefail
 out=${1:-results}
 modes=${2:-inference,training}
