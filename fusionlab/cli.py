@@ -1,8 +1,10 @@
-"""The `fusionlab` command: `fusionlab bench` runs the workload suite; `fusionlab report` writes a page.
+"""The `fusionlab` command: `fusionlab bench` runs the workload suite; `fusionlab report` writes a page;
+`fusionlab profile` profiles a model.
 
     python -m fusionlab bench softmax layer_norm --device cpu --out results
     python -m fusionlab bench --device cuda --size gpu --out results      # the whole suite on a GPU
     python -m fusionlab bench --models --out results                      # the model zoo, inference and training
+    python -m fusionlab profile mypackage.models:tiny_gpt2 --trace gpt2.json  # a model, module by module
 """
 
 from __future__ import annotations
@@ -65,6 +67,21 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("target", metavar="MODULE:FUNCTION", help="for example mypackage.models:block")
     report.add_argument("--out", default="report.html", help="the page to write (default: report.html)")
     report.add_argument("--no-timings", dest="timings", action="store_false", help="leave the benchmark out")
+
+    profiled = commands.add_parser(
+        "profile",
+        help="profile a model module by module: graphs, breaks, kernels, eager/fusionlab/Inductor times",
+        description="Profile the model MODULE:FUNCTION returns (FUNCTION takes no arguments and returns (model, "
+        "inputs); inputs a tuple or a dict). Writes a page and, with --trace, a Perfetto/chrome://tracing trace. "
+        "On a CPU fusionlab's times are modelled on a GPU profile and labelled so.",
+    )
+    profiled.add_argument("target", metavar="MODULE:FUNCTION", help="for example mypackage.models:tiny_gpt2")
+    profiled.add_argument("--train", action="store_true", help="profile a training step (loss.backward())")
+    profiled.add_argument("--out", default="profile.html", help="the page to write (default: profile.html)")
+    profiled.add_argument("--trace", default=None, help="also write a Chrome/Perfetto trace JSON here")
+    profiled.add_argument("--rounds", type=int, default=5, help="timed rounds per figure (default: 5)")
+    profiled.add_argument("--no-inductor", dest="inductor", action="store_false",
+                          help="leave Inductor out (its compile is the slow part on a CPU)")
     return parser
 
 
@@ -72,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
     if arguments.command == "bench":
         return _bench(arguments)
+    if arguments.command == "profile":
+        from fusionlab.profile.target import main as profile_main
+
+        return profile_main(arguments.target, out=arguments.out, trace=arguments.trace, train=arguments.train,
+                            rounds=arguments.rounds, inductor=arguments.inductor)
     return _report(arguments)
 
 
