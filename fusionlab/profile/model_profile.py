@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from fusionlab.measure.devices import DeviceProfile
-from fusionlab.profile.kernels import KernelRecord
-from fusionlab.profile.modules import MODULE_COLUMNS
+from fusionlab.profile.kernels import KernelRecord, kernel_records, modelled_timeline
+from fusionlab.profile.modules import MODULE_COLUMNS, fusionlab_columns
 from fusionlab.profile.records import GraphBreak, GraphProfile, Spread
+from fusionlab.profile.verdict import verdict_of
 
 __all__ = ["ModelProfile"]
 
@@ -95,6 +97,43 @@ class ModelProfile:
                 return dict(row)
         raise KeyError(f"no module {path!r} in the profile of {self.model_name}: its modules are "
                        f"{', '.join(repr(r['module']) for r in self.module_rows[:8])}, ...")
+
+    def graph(self, which: int | str) -> GraphProfile:
+        """A graph by its place in `graphs` (0, 1, ...) or its name ("graph 0 (forward)")."""
+        if isinstance(which, int) and 0 <= which < len(self.graphs):
+            return self.graphs[which]
+        for graph in self.graphs:
+            if graph.name == which:
+                return graph
+        raise KeyError(f"no graph {which!r}: give a place 0..{len(self.graphs) - 1} or one of "
+                       f"{', '.join(g.name for g in self.graphs)}")
+
+    def with_fusion(self, graph: int | str, forbid: Sequence[tuple[str, str]] = (),
+                    force: Sequence[tuple[str, str]] = ()) -> ModelProfile:
+        """What if one graph fused differently: a new profile whose graph `graph` is re-fused with `forbid` /
+        `force` (node names as in its `exploration.decomposed`, see `fused.decisions`), and whose fusionlab
+        figures for that graph are modelled on the device profile (labelled "what-if"). Eager's and Inductor's
+        figures are the measured ones, unchanged."""
+        old = self.graph(graph)
+        explored = old.exploration.with_fusion(forbid=forbid, force=force)
+        label = f"modelled on {self.device_profile.name} (what-if)"
+        records = [replace(r, timing=label) for r in kernel_records(explored, graph=old.name, role=old.role,
+                                                                     profile=self.device_profile)]
+        _, intervals = modelled_timeline(records, self.device_profile)
+        new_graph = replace(old, exploration=explored, kernels=sum(1 for r in records if r.kind != "extern"),
+                            externs=sum(1 for r in records if r.kind == "extern"),
+                            verdict=verdict_of(intervals, modelled=True, device=self.device_profile.name))
+        kernels = [r for row in self.kernel_rows if row["graph"] != old.name for r in [KernelRecord(**row)]]
+        position = next(i for i, row in enumerate(self.kernel_rows) if row["graph"] == old.name) if any(
+            row["graph"] == old.name for row in self.kernel_rows) else len(kernels)
+        kernels[position:position] = records
+        timings = {str(row["fusionlab_timing"]) for row in self.module_rows} | {label}
+        modules = tuple({**row, **fusionlab_columns(row["module"], kernels), "fusionlab_timing": "; ".join(
+            sorted(timings))} for row in self.module_rows)
+        return replace(self, graphs=tuple(new_graph if g is old else g for g in self.graphs), module_rows=modules,
+                       kernel_rows=tuple(r.row() for r in kernels),
+                       notes=self.notes + (f"what-if: {old.name} re-fused with forbid={list(forbid)}, "
+                                           f"force={list(force)}; its fusionlab figures are modelled",))
 
     # ---- text -------------------------------------------------------------------------------------------
 
