@@ -1,0 +1,232 @@
+"""fl.profile: the module table, the kernels, the trace, graph breaks, training graphs, the CLI (tiny models, CPU)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+
+import pytest
+import torch
+
+import fusionlab as fl
+from fusionlab import cli
+from fusionlab.measure.devices import get_profile
+from fusionlab.profile import GraphBreak
+from fusionlab.profile.modules import MODULE_COLUMNS
+from fusionlab.profile.records import Spread, parse_break
+from fusionlab.profile.verdict import verdict_of
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 16)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
+
+
+class Branchy(torch.nn.Module):
+    """Two blocks with a data-dependent branch between them: Dynamo breaks the graph there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = Block()
+        self.second = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.first(x)
+        if x.sum() > 0:
+            x = x * 2
+        return self.second(x)
+
+
+def _line_of(text: str) -> int:
+    lines, start = inspect.getsourcelines(Branchy.forward)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> tuple[torch.nn.Module, dict[str, torch.Tensor], fl.ModelProfile]:
+    pytest.importorskip("transformers")
+    from fusionlab import models
+
+    model, inputs = models.build("gpt2", size="tiny")
+    model.train()  # profiled in eval mode, put back after
+    return model, inputs, fl.profile(model, **inputs, rounds=3, inductor=False)
+
+
+@pytest.fixture(scope="module")
+def trained() -> tuple[torch.nn.Module, fl.ModelProfile]:
+    torch.manual_seed(0)
+    model = Branchy()
+    return model, fl.profile(model, torch.randn(4, 8, 16), train=True, rounds=2, inductor=False)
+
+
+def test_module_table_covers_the_model_with_spread(gpt2: tuple) -> None:
+    model, _, prof = gpt2
+    frame = prof.modules
+    assert tuple(frame.columns) == MODULE_COLUMNS
+    paths = [path for path, _ in model.named_modules()]
+    assert list(frame["module"])[: len(paths)] == paths  # tree order, the model itself first
+    called = frame[frame["module"].isin(["", "transformer", "transformer.h.0", "transformer.h.0.attn", "lm_head"])]
+    assert (called["eager_ms"] > 0).all()
+    assert (called["eager_low_ms"] <= called["eager_ms"]).all()
+    assert (called["eager_ms"] <= called["eager_high_ms"]).all()
+    assert (called["rounds"] == 3).all()
+    assert set(frame["fusionlab_timing"]) == {"modelled on H200"}
+    root = prof.module("")
+    assert root["kernels"] + root["externs"] == len(prof.kernels)
+    assert root["eager_ms"] == pytest.approx(prof.eager.median)
+    layer = prof.module("transformer.h.0")  # a layer's figures hold its children's
+    assert layer["bytes"] >= prof.module("transformer.h.0.attn")["bytes"] + prof.module("transformer.h.0.mlp")["bytes"]
+    assert prof.module("transformer.h")["eager_ms"] > 0  # a ModuleList is never called: the sum of its layers
+    assert model.training  # train mode restored
+    assert any("eval mode" in note for note in prof.notes)
+
+
+def test_kernels_name_real_modules_and_model_their_time(gpt2: tuple) -> None:
+    model, _, prof = gpt2
+    paths = {path for path, _ in model.named_modules()}
+    kernels = prof.kernels
+    assert set(kernels["module"]) <= paths
+    assert "transformer.h.0.attn.c_attn" in set(kernels["module"])  # the q/k/v projection's addmm
+    assert set(kernels["timing"]) == {"modelled on H200"}
+    device = get_profile("H200")
+    row = kernels.iloc[0]
+    ideal = max(row["bytes"] / device.memory_bandwidth_bytes_per_s, row["flops"] / device.bf16_flops_per_s) * 1e6
+    assert row["time_us"] == pytest.approx(ideal + device.launch_overhead_s * 1e6)
+    assert ((kernels["roofline_pct"] > 0) & (kernels["roofline_pct"] <= 100)).all()
+    group = prof.graphs[0].exploration.fused.groups
+    by_name = {g.name: g for g in group}
+    for _, kernel in kernels.iterrows():
+        assert kernel["bytes"] == by_name[kernel["group"]].bytes_read + by_name[kernel["group"]].bytes_written
+    assert str(prof.graphs[0].verdict).startswith("host-bound: GPU idle")  # tiny kernels: launches dominate
+
+
+def test_trace_holds_every_kernel_with_its_module(gpt2: tuple, tmp_path) -> None:
+    model, _, prof = gpt2
+    trace = json.loads(prof.trace(tmp_path / "trace.json").read_text())
+    events = trace["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert [e["name"] for e in kernels] == list(prof.kernels["kernel"])
+    paths = {path for path, _ in model.named_modules()}
+    for event in kernels:
+        assert {"module", "group", "kernel", "bytes"} <= set(event["args"]) and event["args"]["module"] in paths
+        assert event["dur"] > 0 and "modelled" in event["args"]["timing"]
+    launches = [e for e in events if e.get("cat") == "launch"]
+    assert len(launches) == len(kernels)
+    assert all(launch["ts"] <= kernel["ts"] for launch, kernel in zip(launches, kernels))  # a kernel after its launch
+    names = [e["args"]["name"] for e in events if e.get("ph") == "M"]
+    assert any("modelled" in name for name in names)
+    modules = {e["args"]["module"] for e in events if e.get("cat") == "module"}
+    assert {"transformer.h.0", "transformer.h.1.mlp"} <= modules  # eager's measured module calls beside them
+
+
+def test_views_are_fast_and_self_contained(gpt2: tuple, tmp_path) -> None:
+    import time
+
+    pytest.importorskip("ipywidgets")
+    _, _, prof = gpt2
+    prof.show()  # the first call pays for imports
+    start = time.perf_counter()
+    widget = prof.show()
+    assert time.perf_counter() - start < 2.0
+    tabs = widget.children[1]
+    assert [tabs.get_title(i) for i in range(3)] == ["modules", "kernels", "graphs"]
+    page = prof.to_html(tmp_path / "profile.html").read_text()
+    assert "transformer.h.0.attn.c_attn" in page and "modelled on H200" in page and "<script" not in page
+    assert "GPT2LMHeadModel" in prof.as_text()
+
+
+def test_with_fusion_moves_the_modelled_time(gpt2: tuple) -> None:
+    _, _, prof = gpt2
+    decision = next(d for d in prof.graphs[0].exploration.fused.decisions if d.fused and d.bytes_saved > 0)
+    changed = prof.with_fusion(0, forbid=[(decision.producer, decision.consumer)])
+    assert len(changed.kernels) > len(prof.kernels)  # the pair is two kernels now
+    assert changed.module("")["bytes"] > prof.module("")["bytes"]  # the value between them goes through memory
+    assert changed.module("")["fusionlab_ms"] > prof.module("")["fusionlab_ms"]
+    assert changed.module("")["eager_ms"] == prof.module("")["eager_ms"]  # measured figures unchanged
+    assert "what-if" in changed.module("")["fusionlab_timing"]
+    assert len(prof.kernels) == sum(g.kernels + g.externs for g in prof.graphs)  # the original is untouched
+
+
+def test_training_graphs_and_saved_bytes(trained: tuple) -> None:
+    _, prof = trained
+    roles = [g.role for g in prof.graphs]
+    assert roles.count("forward") == 2 and roles.count("backward") == 2
+    for forward in (g for g in prof.graphs if g.role == "forward"):
+        backward = next(g for g in prof.graphs if g.role == "backward" and g.index == forward.index)
+        outputs = {node.name: node for node in forward.exploration.captured.aten_nodes}
+        assert forward.saved and set(forward.saved) <= set(forward.exploration.captured.outputs)
+        expected = sum(outputs[name].type.nbytes() for name in forward.saved)  # saved activations: forward outputs
+        assert forward.saved_bytes == backward.saved_bytes == expected > 0
+    assert prof.saved_bytes == sum(g.saved_bytes for g in prof.graphs if g.role == "forward")
+    kernels = prof.kernels
+    assert set(kernels["role"]) == {"forward", "backward"}
+    assert {"first.up", "second.norm"} <= set(kernels["module"])
+
+
+def test_graph_break_reason_and_line(trained: tuple) -> None:
+    _, prof = trained
+    assert len(prof.breaks) == 1
+    found = prof.breaks[0]
+    assert found.source == f"test_profile.py:{_line_of('if x.sum() > 0')}"
+    assert "branch" in found.reason and found.line.startswith("if x.sum() > 0")
+    ended = [g for g in prof.graphs if g.ended_by is not None]
+    assert {g.role for g in ended} == {"forward", "backward"}  # both halves of the first Dynamo graph
+
+
+def test_refusals_name_what_was_given() -> None:
+    with pytest.raises(TypeError, match="nn.Module.*fl.explore"):
+        fl.profile(torch.relu, torch.randn(3))
+    with pytest.raises(ValueError, match="rounds must be at least 1, got 0"):
+        fl.profile(Block(), torch.randn(2, 16), rounds=0)
+
+
+def test_records() -> None:
+    assert Spread.of([3.0, 1.0, 2.0]) == Spread(2.0, 1.0, 3.0, 3)
+    assert parse_break("") is None
+    assert parse_break("graph break at /x/site-packages/transformers/m.py:12 `if a:`: why") == GraphBreak(
+        "why", "transformers/m.py:12", "if a:")
+    busy = verdict_of([(0.0, 10.0), (10.5, 20.0)], modelled=False, device="H200")
+    assert busy.bound == "GPU-bound" and busy.median_gap_us == pytest.approx(0.5)
+    idle = verdict_of([(0.0, 1.0), (10.0, 11.0), (20.0, 21.0)], modelled=True, device="H200")
+    assert str(idle) == ("host-bound: GPU idle 86% between launches (median gap 9 µs), 3 launches, "
+                         "modelled on H200")
+
+
+def test_cli_writes_page_and_trace(tmp_path, monkeypatch, capsys) -> None:
+    (tmp_path / "tiny_target.py").write_text(
+        "import torch\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())\n"
+        "    return model, (torch.randn(2, 8),)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "tiny_target", raising=False)
+    code = cli.main(["profile", "tiny_target:build", "--out", "p.html", "--trace", "t.json", "--rounds", "1",
+                     "--no-inductor"])
+    assert code == 0
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert {e["args"]["module"] for e in trace["traceEvents"] if e.get("cat") == "kernel"} <= {"", "0", "1"}
+    assert "Sequential" in (tmp_path / "p.html").read_text()
+    assert "wrote" in capsys.readouterr().out
+    assert cli.main(["profile", "tiny_target"]) == 2  # not MODULE:FUNCTION: refused, said why
+    assert "MODULE:FUNCTION" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_inductor_per_module() -> None:
+    torch.manual_seed(0)
+    model = Block()
+    prof = fl.profile(model, torch.randn(4, 8, 16), rounds=2)
+    frame = prof.modules.set_index("module")
+    assert prof.inductor is not None and prof.inductor.median > 0
+    assert frame.loc["", "inductor_ms"] == pytest.approx(prof.inductor.median, rel=0.5)
+    assert frame.loc["up", "inductor_ms"] > 0 and frame.loc["down", "inductor_ms"] > 0  # the addmm calls
+    assert (frame["inductor_low_ms"] <= frame["inductor_ms"]).all()
+    assert not any("not matched" in note for note in prof.notes)
