@@ -199,7 +199,7 @@ def test_source_compare_modes(ex: fl.Exploration) -> None:
     assert compare.select("gelu") and compare.group == ex.fused.kernels[-1].name
     assert not compare.select("no_such_node")
     compare.mode = "diff"
-    assert compare.body.children == (compare.single,) and "added" in compare.single.value
+    assert compare.body.children == (compare.single,) and "aligned by what each line does" in compare.single.value
     compare.mode = "wrappers"
     assert "fusionlab_program" in text(compare.left.value) and "def call" in text(compare.right.value)
     compare.modes.value = "extern calls"  # the toggle buttons, as clicked

@@ -27,11 +27,14 @@ from unittest import mock
 
 import torch
 
+from fusionlab.inductor.matching import InductorNode, NodeMatch, match_graph, op_name
 from fusionlab.inductor.records import (
     CapturedNodes,
     InductorDecision,
     InductorKernel,
+    InductorOperation,
     InductorView,
+    captured_nodes,
     captured_pairs,
     match_nodes,
 )
@@ -64,7 +67,10 @@ def inductor_view(
 
     `captured_node_names` names the aten nodes of our captured graph, in graph order: a mapping from node
     name to aten target (`{"add": "aten.add.Tensor"}`), objects with `.name` and `.target`, or bare names
-    (`"mul_1"`, whose op is read off the name). Each kernel's aten ops are matched onto them by op and order.
+    (`"mul_1"`, whose op is read off the name). Each scheduler operation (`op3`) records the nodes of Inductor's
+    graph it computes; those are matched onto ours by the rules of `fusionlab.inductor.matching` (`view.matches`
+    says which rule, or "unmatched"), and each kernel covers the nodes of its operations. Where this torch records
+    no operations, a kernel's aten ops are matched onto our nodes by op and order instead.
     On a CPU, `cpu_backend="triton"` asks for Triton source instead of C++: generated, not run.
     Resets Dynamo (`torch._dynamo.reset()`), so other compiled functions recompile on their next call.
     """
@@ -82,7 +88,10 @@ def inductor_view(
         "cpp.descriptive_names": "original_aten",
         "triton.descriptive_names": "original_aten",
     }
-    collector = _FusionCollector()
+    recorder = _SchedulerRecorder(getattr(config, "_pre_fusion_custom_pass", None))
+    if hasattr(config, "_pre_fusion_custom_pass"):  # the scheduler's hook before fusion, torch >= 2.5
+        settings["_pre_fusion_custom_pass"] = recorder
+    collector = _FusionCollector(recorder)
     codes: list[str] = []
     with contextlib.ExitStack() as stack:
         if generate_only:
@@ -103,14 +112,24 @@ def inductor_view(
             "the function may have no tensor operations, or Dynamo fell back to eager"
         )
     kernels: list[InductorKernel] = []
+    graph_of_kernel: list[int] = []
     launches = 0
     for index, code in enumerate(codes):
         parsed, count = _parse_wrapper(code)
         # A graph break gives several graphs, whose kernel numbering restarts: tell them apart.
         kernels.extend(replace(k, name=f"{k.name}@graph{index}") if index else k for k in parsed)
+        graph_of_kernel.extend([index] * len(parsed))
         launches += count
+    operations: tuple[InductorOperation, ...] = ()
+    matches: tuple[NodeMatch, ...] = ()
     if captured_node_names is not None:
-        kernels = match_nodes(kernels, captured_pairs(captured_node_names))
+        ours = captured_nodes(captured_node_names)
+        by_order = match_nodes(kernels, captured_pairs(captured_node_names))
+        if recorder.graphs:
+            operations, matches = _operations_matched(recorder, ours)
+            kernels = _kernels_with_nodes(kernels, graph_of_kernel, operations, by_order, [n.name for n in ours])
+        else:
+            kernels = by_order
     return InductorView(
         kernels=tuple(kernels),
         decisions=collector.decisions(),
@@ -118,6 +137,8 @@ def inductor_view(
         device=str(device),
         launches=launches,
         generated_only=generate_only,
+        operations=operations,
+        matches=matches,
     )
 
 
@@ -210,6 +231,131 @@ def _quiet_compile() -> Iterator[None]:
             sys.stderr.write("".join(line for line in lines if not line.startswith("Compiled module path")))
 
 
+# ---- the scheduler's operations and the graph nodes they came from ---------------------------------------
+
+_Operation = tuple[str, str, tuple[str, ...], tuple[InductorNode, ...]]  # name, kind, buffers, origins
+
+
+class _SchedulerRecorder:
+    """Inductor's hook before fusion (`config._pre_fusion_custom_pass`): records each scheduler operation (`op3`),
+    the buffers it writes and the nodes of Inductor's graph it computes, then hands the nodes on unchanged (to
+    the user's own pass, when one was set). One call per graph Inductor schedules."""
+
+    def __init__(self, chained: Callable[[list[Any]], list[Any]] | None) -> None:
+        self.graphs: list[list[_Operation]] = []
+        self.positions: list[dict[str, int]] = []  # per graph: each node's place in Inductor's graph
+        self._chained = chained
+
+    def __call__(self, nodes: list[Any]) -> list[Any]:
+        graph = len(self.graphs)
+        positions: dict[Any, dict[Any, int]] = {}
+        operations: list[_Operation] = []
+        for node in nodes:
+            for leaf in node.get_nodes():
+                operations.append(_operation_record(leaf, graph, positions))
+        self.graphs.append(operations)
+        self.positions.append({str(n.name): i for order in positions.values() for n, i in order.items()})
+        return self._chained(nodes) if self._chained is not None else nodes
+
+
+def _operation_record(leaf: Any, graph: int, positions: dict[Any, dict[Any, int]]) -> _Operation:
+    ir_node = getattr(leaf, "node", None)
+    origins: Any = ()
+    if ir_node is not None:
+        origins = ir_node.get_origins() if hasattr(ir_node, "get_origins") else getattr(ir_node, "origins", ())
+    try:
+        buffers = tuple(str(buffer.get_name()) for buffer in leaf.get_outputs())
+    except (AttributeError, TypeError):
+        buffers = ()
+
+    def position(node: Any) -> int:
+        order = positions.setdefault(node.graph, {n: i for i, n in enumerate(node.graph.nodes)})
+        return order.get(node, len(order))
+
+    ordered = sorted((o for o in origins if getattr(o, "op", "") == "call_function"), key=position)
+    nodes = tuple(
+        InductorNode(str(o.name), op_name(o.target), op_name(o.meta.get("original_aten", o.target)),
+                     _pre_grad_name(o), graph)
+        for o in ordered
+    )
+    return str(leaf.get_name()), type(leaf).__name__, buffers, nodes
+
+
+def _pre_grad_name(node: Any) -> str:
+    """The node of Dynamo's graph this one came from (`meta["from_node"]`), which tells one layer_norm call's
+    decomposed nodes from another's; "" when this torch does not record it."""
+    sources = node.meta.get("from_node") or ()
+    first = sources[0] if sources else None
+    if first is None:
+        return ""
+    if hasattr(first, "name"):
+        return str(first.name)
+    return str(first[0]) if isinstance(first, tuple) and first else ""
+
+
+def _operations_matched(recorder: _SchedulerRecorder, ours: list[Any]) -> tuple[
+        tuple[InductorOperation, ...], tuple[NodeMatch, ...]]:
+    """Every operation with the our nodes its origins match, and each origin's match (in Inductor's graph order)."""
+    graphs = recorder.graphs
+    theirs: dict[tuple[int, str], InductorNode] = {}
+    for operations in graphs:
+        for *_, origins in operations:
+            for origin in origins:
+                theirs.setdefault((origin.graph, origin.name), origin)
+    ordered = sorted(theirs.values(), key=lambda n: (n.graph, recorder.positions[n.graph].get(n.name, 0)))
+    matches = match_graph(ordered, ours)
+    found = {(m.graph, m.inductor): m.ours for m in matches}
+    our_order = {node.name: index for index, node in enumerate(ours)}
+    records = []
+    for graph, operations in enumerate(graphs):
+        computed: set[str] = set()  # origins of the generated kernels so far: an extern call's inputs, not its work
+        for name, kind, buffers, origins in operations:
+            if kind.startswith("Extern"):
+                origins = tuple(o for o in origins if o.name not in computed) or origins
+            else:
+                computed.update(o.name for o in origins)
+            mine = {found[(graph, o.name)] for o in origins if found.get((graph, o.name))}
+            records.append(InductorOperation(
+                name=f"{name}@graph{graph}" if graph else name,
+                kind=kind,
+                buffers=buffers,
+                origins=tuple(o.name for o in origins),
+                nodes=tuple(sorted((n for n in mine if n is not None), key=our_order.__getitem__)),
+                unmatched=tuple(o.name for o in origins if found.get((graph, o.name)) is None),
+                graph=graph,
+            ))
+    return tuple(records), matches
+
+
+def _kernels_with_nodes(kernels: list[InductorKernel], graphs: list[int], operations: tuple[InductorOperation, ...],
+                        fallback: list[InductorKernel], ours: list[str]) -> list[InductorKernel]:
+    """Each kernel with the our nodes of its operations: those in the fused-node list before its launch (Triton),
+    else those whose buffers its launch names first (C++ kernels and extern calls, in launch order); plus those of
+    our nodes that no Inductor node matches and whose op the kernel lists (`fallback`, by op and order). A kernel
+    whose operations are unknown keeps the `fallback` match."""
+    position = {name: index for index, name in enumerate(ours)}
+    matched = {node for op in operations for node in op.nodes}
+    claimed: set[tuple[int, str]] = set()  # (graph, operation) already placed in an earlier kernel
+    result = []
+    for kernel, graph, by_order in zip(kernels, graphs, fallback, strict=True):
+        in_graph = {op.name.split("@")[0]: op for op in operations if op.graph == graph}
+        names = [name for name in kernel.scheduler_nodes if name in in_graph]
+        if not names:
+            names = [name for name, op in in_graph.items() if (graph, name) not in claimed
+                     and op.buffers and set(op.buffers) <= set(kernel.buffers)]
+        claimed.update((graph, name) for name in names)
+        if not names:
+            result.append(by_order)
+            continue
+        mine = [in_graph[name] for name in names]
+        # Our nodes no Inductor node matches, whose op this kernel lists ("listed op": addmm covers our mm).
+        nodes = {node for op in mine for node in op.nodes} | {n for n in by_order.node_names if n not in matched}
+        unmatched = tuple(dict.fromkeys(node for op in mine for node in op.unmatched))
+        result.append(replace(kernel, node_names=tuple(sorted(nodes, key=position.__getitem__)),
+                              scheduler_nodes=tuple(names), unmatched=unmatched))
+    return result
+
+
 class _FusionCollector(logging.Handler):
     """Turns the scheduler's fusion log into records: `WhyNoFuse` objects and "fusing %s with %s" lines.
 
@@ -217,9 +363,10 @@ class _FusionCollector(logging.Handler):
     would reset the user's other log settings and also print every record to stderr.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, recorder: _SchedulerRecorder) -> None:
         super().__init__(level=logging.DEBUG)
         self._records: list[InductorDecision] = []
+        self._recorder = recorder  # the graph being scheduled: decisions come after its operations are recorded
         self._saved: tuple[int, bool] = (logging.NOTSET, True)
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -229,9 +376,13 @@ class _FusionCollector(logging.Handler):
             reason = str(message.reason)
             with contextlib.suppress(TypeError, ValueError):
                 reason = reason % arguments if arguments else reason
-            self._records.append(InductorDecision(str(message.name1), str(message.name2), reason, False))
+            self._records.append(InductorDecision(str(message.name1), str(message.name2), reason, False, self._graph()))
         elif message == "fusing %s with %s" and isinstance(record.args, tuple) and len(record.args) == 2:
-            self._records.append(InductorDecision(str(record.args[0]), str(record.args[1]), "fused", True))
+            self._records.append(InductorDecision(str(record.args[0]), str(record.args[1]), "fused", True,
+                                                  self._graph()))
+
+    def _graph(self) -> int:
+        return max(len(self._recorder.graphs) - 1, 0)
 
     def decisions(self) -> tuple[InductorDecision, ...]:
         # The scheduler repeats some checks: keep the first of each.
@@ -267,6 +418,7 @@ _EXTERN_ALIASES: dict[str, tuple[str, ...]] = {
     "baddbmm": ("bmm",),
     "_addmm_activation": ("mm",),
 }
+_BUFFER = re.compile(r"\bbuf\d+\b")
 _NUM_GB = re.compile(r"'kernel_num_gb': (?P<value>[0-9.eE+-]+)")
 _FLOP = re.compile(r"'kernel_flop': (?P<value>[0-9]+)")
 
@@ -311,7 +463,8 @@ def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
             name = launched["name"]
             launches += 1
             if name not in ordered:
-                ordered[name] = replace(definitions[name], scheduler_nodes=pending_nodes)
+                ordered[name] = replace(definitions[name], scheduler_nodes=pending_nodes,
+                                        buffers=tuple(_BUFFER.findall(stripped)))
             pending_nodes = ()
             continue
         extern = _EXTERN_CALL.search(stripped)
@@ -320,7 +473,8 @@ def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
             launches += 1
             name = f"extern_{op}_{sum(k.language == 'extern' for k in ordered.values())}"
             ops = (op, *_EXTERN_ALIASES.get(op, ()))
-            ordered[name] = InductorKernel(name, stripped, "extern", ops, (), None, None)
+            ordered[name] = InductorKernel(name, stripped, "extern", ops, (), None, None,
+                                           buffers=tuple(_BUFFER.findall(stripped)))
             extern_comments[name] = pending_ops
         if not stripped.startswith("del "):
             pending_ops = ()

@@ -1,10 +1,15 @@
 """SourceCompare: our Triton kernel for the selected group beside Inductor's kernel over the same aten nodes.
 
-Modes: side by side, a diff, the wrapper programs, and the extern calls (what runs between kernels).
+Modes: side by side, a diff, the wrapper programs, the extern calls (what runs between kernels), and Inductor's
+fusion decisions on the group's aten nodes, in our names. Inductor's kernels show from `@triton.jit` on, their
+`triton_meta`/`inductor_meta` decorator folded into one line that expands. The diff pairs our kernel with the
+Inductor kernel(s) over the same aten nodes (`fusionlab.inductor.correspondence.pair_for`) and aligns the lines
+of each pair by what they do; where nothing pairs, it says why.
 `select(name)` takes a group, a decomposed node or a captured aten node name, as a graph click gives it.
 
     >>> compare = SourceCompare(ex.generated, inductor=inductor_for(ex))
     >>> compare.select("exp")          # shows the kernel that computes `exp`
+    >>> print(compare.diff_text())     # the same pairs as unified diffs
 """
 
 from __future__ import annotations
@@ -16,25 +21,21 @@ import ipywidgets
 import traitlets
 
 from fusionlab.display import style
-from fusionlab.display.links import (
-    extern_calls,
-    find_group,
-    inductor_kernels_of,
-    kernel_body,
-    kernel_of_group,
-    wrapper_sections,
-)
-from fusionlab.display.source import diff_html, source_panel
+from fusionlab.display.links import extern_calls, find_group, kernel_of_group, wrapper_sections
+from fusionlab.display.source import aligned_diff_html, kernel_function, source_panel, unified_diff
+from fusionlab.inductor.correspondence import KernelPair, group_labels, pair_for
+from fusionlab.inductor.records import InductorKernel, InductorView
 from fusionlab.stages import Generated
 from fusionlab.widgets.base import StaticFallback
 
 __all__ = ["SourceCompare"]
 
-_MODES = ("side by side", "diff", "wrappers", "extern calls")
+_MODES = ("side by side", "diff", "wrappers", "extern calls", "Inductor decisions")
 
 
 class SourceCompare(StaticFallback, ipywidgets.VBox):
-    """Sources for one fusion group: `group` is its name; `mode` one of side by side, diff, wrappers, extern calls.
+    """Sources for one fusion group: `group` is its name; `mode` one of side by side, diff, wrappers, extern calls,
+    Inductor decisions.
 
     `inductor` is an `InductorView` (or None: our side only, or a string saying why Inductor is missing).
     """
@@ -94,24 +95,110 @@ class SourceCompare(StaticFallback, ipywidgets.VBox):
         what = "extern call: runs in eager PyTorch / cuBLAS" if group.kind == "extern" else "view between kernels"
         return f"fusionlab: {group.name} ({what})", section, "python"
 
+    def _view(self) -> InductorView | None:
+        return self.inductor if isinstance(self.inductor, InductorView) else None
+
+    def _missing(self) -> str:
+        reason = self.inductor if isinstance(self.inductor, str) else "not loaded (pass inductor=...)"
+        return f"Inductor's side is {reason}"
+
+    def pair(self) -> KernelPair | None:
+        """Our current group and the Inductor kernels over the same aten nodes (None without Inductor's view)."""
+        view, group = self._view(), find_group(self.fused, self.group)
+        if view is None or group is None:
+            return None
+        return pair_for(self.fused, view, group.name)
+
+    def their_kernels(self) -> tuple[InductorKernel, ...]:
+        """Inductor's kernels paired with the current group: like kinds first, then the others over its nodes."""
+        view, pair = self._view(), self.pair()
+        if view is None or pair is None:
+            return ()
+        return tuple(view.kernel(name) for name in pair.inductor + pair.others)
+
     def theirs(self) -> tuple[str, str, str, str]:
-        """(title, source, language, note) of Inductor's kernels covering the same aten nodes."""
-        if self.inductor is None or isinstance(self.inductor, str):
-            reason = self.inductor if isinstance(self.inductor, str) else "not loaded (pass inductor=...)"
-            return "TorchInductor", "", "text", f"Inductor's side is {reason}"
-        group = find_group(self.fused, self.group)
-        kernels = inductor_kernels_of(group, self.inductor) if group is not None else ()
-        if not kernels:
-            nodes = ", ".join(group.origins) if group is not None else ""
-            return ("TorchInductor", "", "text", f"no Inductor kernel lists the aten nodes {nodes}: "
-                    "Inductor may have turned them into views or folded them elsewhere")
+        """(title, full source, language, note) of Inductor's kernels covering the same aten nodes."""
+        view, pair = self._view(), self.pair()
+        if view is None:
+            return "TorchInductor", "", "text", self._missing()
+        kernels = self.their_kernels()
+        if pair is None or not kernels:
+            return "TorchInductor", "", "text", pair.reason if pair is not None else "no group selected"
         language = "cpp" if kernels[0].language == "cpp" else "python"
-        parts = [f"# ---- {k.name} ({k.language}; aten: {', '.join(k.aten_ops)})\n"
-                 f"{kernel_body(k.source) if k.language == 'triton' else k.source.rstrip()}" for k in kernels]
-        state = "generated, not run" if getattr(self.inductor, "generated_only", False) else "compiled and run"
+        parts = [f"# ---- {k.name} ({k.language}; aten: {', '.join(k.aten_ops)})\n{k.source.rstrip()}"
+                 for k in kernels]
         names = ", ".join(k.name for k in kernels)
-        return f"TorchInductor: {names}", "\n\n".join(parts) + "\n", language, f"Inductor on " \
-            f"{self.inductor.device} ({state})"
+        return f"TorchInductor: {names}", "\n\n".join(parts) + "\n", language, self._state_note(pair)
+
+    def _state_note(self, pair: KernelPair) -> str:
+        view = self._view()
+        state = "generated, not run" if view is not None and view.generated_only else "compiled and run"
+        note = f"Inductor on {view.device if view else '?'} ({state}); shares the aten nodes {', '.join(pair.shared)}"
+        if not pair.inductor:
+            note += f". {pair.reason}"
+        return note
+
+    def _theirs_html(self) -> str:
+        """Inductor's side: one panel per kernel, its decorator folded, its body first."""
+        view, pair = self._view(), self.pair()
+        if view is None or pair is None or not self.their_kernels():
+            _, _, _, note = self.theirs()
+            return source_panel("TorchInductor", "", "text", note)
+        caption = (f"<div style='font-weight:600;font-size:12px;margin:2px 0'>TorchInductor: "
+                   f"{html.escape(', '.join(k.name for k in self.their_kernels()))}</div>"
+                   f"<div style='{style.NOTE_STYLE}'>{html.escape(self._state_note(pair))}</div>")
+        panels = []
+        for kernel in self.their_kernels():
+            title = f"{kernel.name} ({kernel.language}; our nodes: {', '.join(kernel.node_names) or 'none'})"
+            language = "cpp" if kernel.language == "cpp" else "python"
+            panels.append(source_panel(title, kernel.body, language, decorator=kernel.decorator))
+        return caption + "".join(panels)
+
+    def diff_pairs(self) -> tuple[tuple[str, str, str, str], ...]:
+        """(our label, our kernel, Inductor's label, its kernel body) for each Inductor kernel paired with ours."""
+        view, pair = self._view(), self.pair()
+        group = find_group(self.fused, self.group)
+        if view is None or pair is None or group is None:
+            return ()
+        ours = kernel_of_group(self.generated, group.name)
+        our_label, our_text = (f"fusionlab: {ours.name}", kernel_function(ours.source, ours.name)) if ours else \
+            (f"fusionlab: {group.name} ({group.kind})", self._sections.get(group.name, ""))
+        return tuple((our_label, our_text, f"Inductor: {view.kernel(name).name}", view.kernel(name).body)
+                     for name in pair.inductor)
+
+    def diff_text(self) -> str:
+        """Each pair as a unified diff (difflib, three lines of context), or why there is none."""
+        pairs = self.diff_pairs()
+        if not pairs:
+            pair = self.pair()
+            return f"# no diff: {pair.reason if pair is not None else self._missing()}\n"
+        return "\n".join(unified_diff(ours, theirs, left, right) for left, ours, right, theirs in pairs)
+
+    def _diff_html(self) -> str:
+        pairs = self.diff_pairs()
+        if not pairs:
+            pair = self.pair()
+            why = pair.reason if pair is not None else self._missing()
+            return f"<div style='{style.NOTE_STYLE}'>{html.escape('No pair to diff: ' + why)}</div>"
+        pair = self.pair()
+        shared = ", ".join(pair.shared) if pair is not None else ""
+        head = f"<div style='{style.NOTE_STYLE}'>paired by the aten nodes both cover: {html.escape(shared)}</div>"
+        return head + "".join(aligned_diff_html(ours, theirs, left, right) for left, ours, right, theirs in pairs)
+
+    def _decisions_html(self) -> str:
+        view, group = self._view(), find_group(self.fused, self.group)
+        if view is None or group is None:
+            return f"<div style='{style.NOTE_STYLE}'>{html.escape(self._missing())}</div>"
+        labels = group_labels(self.fused)
+        origins = set(group.origins)
+        lines = [view.describe(d, labels) for d in view.decisions
+                 if origins & set(view.our_nodes_of(d.node1, d.graph)[0] + view.our_nodes_of(d.node2, d.graph)[0])]
+        if not lines:
+            lines = [f"Inductor made no decision on the aten nodes {', '.join(group.origins)}"
+                     + ("" if view.operations else " (this torch records no scheduler operations)")]
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+        return (f"<div style='font-size:12px'><b>Inductor's fusion decisions on {html.escape(group.name)}'s aten "
+                f"nodes</b>, in our names (Inductor's own opN in brackets)<ul>{items}</ul></div>")
 
     def group_summary(self) -> str:
         group = find_group(self.fused, self.group)
@@ -128,40 +215,40 @@ class SourceCompare(StaticFallback, ipywidgets.VBox):
         if self.modes.value != self.mode:
             self.modes.value = self.mode
         title, source, language = self.ours()
-        other_title, other_source, other_language, note = self.theirs()
         if self.mode == "side by side":
             self.left.value = source_panel(title, source, language)
-            self.right.value = source_panel(other_title, other_source, other_language, note)
+            self.right.value = self._theirs_html()
             self.body.children = (self.left, self.right)
         elif self.mode == "diff":
-            self.single.value = diff_html(source, other_source, title, other_title) if other_source else \
-                f"<div style='{style.NOTE_STYLE}'>{html.escape(note)}</div>"
+            self.single.value = self._diff_html()
             self.left.value = source_panel(title, source, language)
+            self.body.children = (self.single,)
+        elif self.mode == "Inductor decisions":
+            self.single.value = self._decisions_html()
             self.body.children = (self.single,)
         elif self.mode == "wrappers":
             self.left.value = source_panel("fusionlab's wrapper (allocates, launches, calls externs)",
                                            self.generated.wrapper)
             wrapper = getattr(self.inductor, "wrapper_source", "") if self.inductor is not None else ""
             self.right.value = source_panel("TorchInductor's wrapper module", wrapper or "", "python",
-                                            "" if wrapper else note)
+                                            "" if wrapper else self._missing())
             self.body.children = (self.left, self.right)
         else:
             ours = "\n".join(extern_calls(self.generated)) or "# no extern calls: every op runs in a kernel"
             theirs = [k for k in getattr(self.inductor, "kernels", ()) if k.language == "extern"]
             other = "\n".join(f"{k.source}  # {k.name}: aten {', '.join(k.aten_ops)}" for k in theirs) or \
                 "# no extern calls"
+            view = self._view()
             self.left.value = source_panel("fusionlab's extern calls", ours)
-            self.right.value = source_panel("TorchInductor's extern calls", other if self.inductor is not None
-                                            and not isinstance(self.inductor, str) else "", "python", note)
+            self.right.value = source_panel("TorchInductor's extern calls", other if view is not None else "",
+                                            "python", "" if view is not None else self._missing())
             self.body.children = (self.left, self.right)
 
     def static_html(self) -> str:
         title, source, language = self.ours()
-        other_title, other_source, other_language, note = self.theirs()
         return (f"<div>{self.group_summary()}<div style='display:flex;gap:8px'>"
                 f"<div style='flex:1;min-width:0'>{source_panel(title, source, language)}</div>"
-                f"<div style='flex:1;min-width:0'>{source_panel(other_title, other_source, other_language, note)}"
-                "</div></div></div>")
+                f"<div style='flex:1;min-width:0'>{self._theirs_html()}</div></div></div>")
 
     def __repr__(self) -> str:
         return f"SourceCompare(group={self.group!r}, mode={self.mode!r})"
