@@ -159,6 +159,13 @@ class Node:
         return f"{self.name}: {self.type.text()} = {self.op}({', '.join(items)})"
 
 
+def draws_random_numbers(node: Node) -> bool:
+    """An extern op tagged nondeterministic_seeded (bernoulli, rand, randn, ...): it draws from the generator, so
+    it runs in program order and is never dropped, as eager draws it."""
+    target = node.param("target") if node.kind == "extern" else None
+    return torch.Tag.nondeterministic_seeded in getattr(target, "tags", ())
+
+
 def where_text(module: str, source: str) -> str:
     """A module path and a source line as one phrase: "h.0.attn (model.py:12 in forward)", "model.py:12 in f",
     "h.0.attn", or "" when neither is known."""

@@ -22,6 +22,7 @@ import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
 from fusionlab.compare import OutputError, compare
+from fusionlab.ir import where_text
 from fusionlab.localise import Divergence, Programs, StageCheck, localise
 
 
@@ -175,16 +176,42 @@ def _set_generator_states(states: tuple[torch.Tensor, list[torch.Tensor]]) -> No
         torch.cuda.set_rng_state_all(states[1])
 
 
-def _random_note(draws: tuple[str, ...], ok: bool) -> str:
-    ops = ", ".join(draws)
+def random_places(captured: CaptureResult) -> tuple[str, ...]:
+    """Where the program draws random numbers, each place once: "Dropout at transformer.drop" for a module's op,
+    else the op and the user's line ("aten.rand_like at model.py:12 in forward")."""
+    random = set(random_ops(captured))
+    found: dict[str, None] = {}
+    for node in captured.aten_nodes:
+        if node.target not in random:
+            continue
+        module = _submodule(captured.module, node.module) if node.module else None
+        place = (f"{type(module).__name__} at {node.module}" if module is not None
+                 else f"{node.target} at {where_text(node.module, node.source) or 'the top level'}")
+        found[place] = None
+    return tuple(found)
+
+
+def _submodule(root: torch.nn.Module | None, path: str) -> torch.nn.Module | None:
+    try:
+        return root.get_submodule(path) if root is not None else None
+    except AttributeError:  # a path under a closure's module (`block.attn`), not under the captured module
+        return None
+
+
+def _random_note(captured: CaptureResult, ok: bool) -> str:
+    places = random_places(captured)
+    shown = ", ".join(places[:4]) + (f" and {len(places) - 4} more" if len(places) > 4 else "")
+    training = captured.module is not None and captured.module.training
+    who = "the model is in train mode and draws" if training else "the program draws"
     if ok:
-        return (f"the program draws random numbers ({ops}): eager and fusionlab ran from the same generator state, "
-                "and fusionlab runs random ops in eager PyTorch in program order, so both drew the same numbers")
-    return (f"the program draws random numbers ({ops}; dropout in train mode): eager and fusionlab ran from the same "
-            "generator state and still differ, so either they drew different numbers (random ops ran in another "
-            "order) or the difference lies elsewhere; the stages were not compared value by value, since each would "
-            "draw numbers of its own. Compare without randomness: call model.eval(), build the model with "
-            "dropout=0.0, or pass training=False to F.dropout")
+        return (f"{who} random numbers ({shown}): eager and fusionlab ran from the same generator state, and "
+                "fusionlab runs random ops in eager PyTorch in program order, so both drew the same numbers")
+    return (f"{who} random numbers ({shown}): eager and fusionlab ran from the same generator state and still "
+            "differ, so either they drew different numbers (the function draws or seeds outside what was captured: "
+            "a torch.manual_seed or a draw in Python code runs once, at capture) or the difference lies elsewhere; "
+            "the stages were not compared value by value, since each would draw numbers of its own. Compare without "
+            "randomness: call model.eval(), or pass dropout=0 (build the model with dropout=0.0, training=False to "
+            "F.dropout), or compare under one seed (torch.manual_seed before each call)")
 
 
 # -- one verification: eager and fused on separate copies, state restored -----------------------------------------
@@ -244,7 +271,7 @@ def verify_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
                                                                                          fused_after[name])
             if kind != "parameter" or changed:
                 rows.append(compare(eager_after[name], fused_after[name], len(rows), f"{kind} {name!r} after the call"))
-        report = VerifyReport(report.outputs, tuple(rows), note=_random_note(draws, report.ok) if draws else "")
+        report = VerifyReport(report.outputs, tuple(rows), note=_random_note(captured, report.ok) if draws else "")
         if draws and not localise_stages:
             return report  # each stage would draw numbers of its own: comparing them would only show that
         if localise_stages or (localise_stages is None and not report.ok):

@@ -29,6 +29,7 @@ _TORCH = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 _FUNCTORCH = os.path.join(os.path.dirname(_TORCH.rstrip(os.sep)), "functorch") + os.sep
 _CAPTURE = os.path.dirname(os.path.realpath(__file__)) + os.sep  # fusionlab/capture: the tracer's own frames
 _STDLIB = tuple({os.path.realpath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")})
+_PACKAGES = ("site-packages", "dist-packages")  # installed libraries (transformers) live inside the stdlib folder
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>[^\n]+)')
 
 
@@ -38,7 +39,9 @@ def is_internal(filename: str) -> bool:
     if filename.startswith("<"):  # generated code (fx's "<eval_with_key>", "<frozen ...>"); a notebook cell is user's
         return not filename.startswith("<ipython-input")
     path = os.path.realpath(filename)
-    return path.startswith((_TORCH, _FUNCTORCH, _CAPTURE, *_STDLIB))
+    if path.startswith((_TORCH, _FUNCTORCH, _CAPTURE)):
+        return True
+    return path.startswith(_STDLIB) and not any(f"{os.sep}{folder}{os.sep}" in path for folder in _PACKAGES)
 
 
 def short_path(filename: str) -> str:

@@ -22,7 +22,7 @@ from fusionlab.capture import CaptureError, CaptureResult
 from fusionlab.capture.decompositions import decomposed_from
 from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable, short_name
 from fusionlab.decompose.rules import RULES
-from fusionlab.ir import Graph, Node, Ref
+from fusionlab.ir import Graph, Node, Ref, draws_random_numbers
 from fusionlab.names import sanitize
 
 aten = torch.ops.aten
@@ -156,8 +156,8 @@ def _refuse_data_dependent(fx_node: torch.fx.Node, captured: CaptureResult) -> N
 
 def _live(nodes: list[Node], outputs: list[str]) -> tuple[Node, ...]:
     """Drop nodes no output depends on (e.g. the mean and rstd native_layer_norm also returns): a kernel that
-    stores nothing is wasted work."""
-    needed = set(outputs)
+    stores nothing is wasted work. A random draw stays, used or not: eager's later draws come after it."""
+    needed = set(outputs) | {node.name for node in nodes if draws_random_numbers(node)}
     for node in reversed(nodes):
         if node.name in needed:
             needed.update(node.inputs)

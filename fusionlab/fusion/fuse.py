@@ -18,7 +18,7 @@ from typing import Any, overload
 from fusionlab.fusion.domain import Domain, analyse, view_source
 from fusionlab.fusion.kinds import KERNEL_GROUP_KINDS, GroupKind
 from fusionlab.fusion.policy import GroupInfo, Policy, Verdict
-from fusionlab.ir import Graph
+from fusionlab.ir import Graph, draws_random_numbers
 
 
 class FusionError(ValueError):
@@ -135,12 +135,16 @@ class _Partition:
         self.order = {n.name: i for i, n in enumerate(graph.nodes)}
         self.users = graph.users()
         self.outputs = set(graph.outputs)
+        self.random = {n.name for n in graph.nodes if draws_random_numbers(n)}
 
     def snapshot(self) -> tuple[tuple[str, ...], ...]:
-        """The groups in an order that runs: every group after the groups it reads (ties: program order).
+        """The groups in an order that runs: every group after the groups it reads (ties: program order), and the
+        random ops in program order.
 
         Sorting by first member is not enough: a group whose first node comes early may read a value produced
-        later in program order (an extern constant feeding the end of a fused chain)."""
+        later in program order (an extern constant feeding the end of a fused chain). Random ops keep their order
+        apart from their data: a dropout mask that reads only a shape would otherwise be drawn before an earlier
+        one, and draw other numbers than eager from the same generator state."""
         first = {group: self.order[members[0]] for group, members in self.members.items()}
         waiting = {group: {self.group_of[v] for v in self.external_inputs(group) if v in self.group_of}
                    for group in self.members}
@@ -148,17 +152,31 @@ class _Partition:
         for group, needs in waiting.items():
             for need in needs:
                 readers.setdefault(need, []).append(group)
-        ready = [(first[g], g) for g, needs in waiting.items() if not needs]
+        drawing = sorted({self.group_of[n] for n in self.random}, key=first.__getitem__)
+        turn = dict(zip(drawing, drawing[1:]))  # a random group -> the one that draws next
+        blocked = set(drawing[1:])  # waiting for the previous random group to draw
+        ready = [(first[g], g) for g, needs in waiting.items() if not needs and g not in blocked]
+        held = [(first[g], g) for g, needs in waiting.items() if not needs and g in blocked]  # not yet their turn
         heapq.heapify(ready)
         ordered: list[tuple[str, ...]] = []
-        while ready:
+        while ready or held:
+            if not ready:  # a fused group needs a later draw before an earlier one: keep the data order
+                ready.append(min(held))
+                held.remove(ready[0])
+                blocked.discard(ready[0][1])
             _, group = heapq.heappop(ready)
             ordered.append(tuple(self.members[group]))
+            following = turn.get(group)
+            if following is not None:
+                blocked.discard(following)
+                if (first[following], following) in held:
+                    held.remove((first[following], following))
+                    heapq.heappush(ready, (first[following], following))
             for other in readers.get(group, ()):
                 needs = waiting[other]
                 needs.discard(group)
                 if not needs:
-                    heapq.heappush(ready, (first[other], other))
+                    heapq.heappush(held if other in blocked else ready, (first[other], other))
         assert len(ordered) == len(self.members), "fusion groups form a cycle"
         return tuple(ordered)
 
