@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusionlab.codegen import reductions, welford
+from fusionlab.codegen import online_softmax, reductions, welford
 from fusionlab.codegen.dtypes import HALF_DTYPES, TRITON_DTYPES, convert, literal
 from fusionlab.codegen.indexing import IndexWriter, KernelArgument, Rolled, Shift, bounds_mask
 from fusionlab.codegen.kinds import KernelKind
@@ -72,6 +72,7 @@ class KernelWriter(IndexWriter):
         self.members = set(group.nodes)
         self.globals: dict[str, str] = {}  # reduction results, visible after their loop
         self.welford = plan.partners
+        self.online = dict(plan.online)
         self.top = _Scope([])
 
     # -- emission -------------------------------------------------------------------------------
@@ -339,6 +340,8 @@ class KernelWriter(IndexWriter):
                 lines.append(f"    {result} = {reductions.ROW_REDUCE[node.op].format(masked)}")
         elif node.name in self.welford:
             self._welford(node, source, result, tl_type)
+        elif node.name in self.online:
+            self._online_softmax(node, source, result, tl_type)
         else:
             accumulator = self.namer.identifier(f"acc_{result}")
             positions = self.namer.identifier(f"{accumulator}_index")
@@ -376,6 +379,21 @@ class KernelWriter(IndexWriter):
         lines.extend(loop.lines)
         lines.extend(welford.combine_lines(mean, m2, count, result, variance, total, second.op == "mean"))
         self.globals[second.name] = variance
+
+    def _online_softmax(self, node: Node, source: Node, result: str, tl_type: str) -> None:
+        """`node` (an amax) and its partner (the sum of exp(x - amax)) in one pass."""
+        total = self.namer.identifier(self.online[node.name])
+        running_max, running_sum, masked, new_max = (self.namer.identifier(f"{result}_{part}")
+                                                     for part in ("running", "sum", "masked", "next"))
+        lines = self.top.lines
+        lines.append(f"    {running_max} = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {tl_type})")
+        lines.append(f"    {running_sum} = tl.zeros([XBLOCK, RBLOCK], {tl_type})")
+        loop = self._open_loop()
+        value = self._rounded(source.name, self.emit(source.name, self.full_map(), loop), node.type.dtype)
+        loop.lines.extend(online_softmax.loop_lines(loop.indent, value, masked, running_max, running_sum, new_max))
+        lines.extend(loop.lines)
+        lines.extend(online_softmax.combine_lines(running_max, running_sum, result, total))
+        self.globals[self.online[node.name]] = total
 
     def _open_loop(self) -> _Scope:
         loop = _Scope([], indent="        ")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusionlab.codegen import welford
+from fusionlab.codegen import online_softmax, welford
 from fusionlab.codegen.kinds import KernelKind, kernel_kind
 from fusionlab.fusion.domain import Domain, alignment, non_unit
 from fusionlab.fusion.fuse import FusionGroup
@@ -45,6 +45,7 @@ class KernelPlan:
     accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live at once (block sizes shrink)
     row_block: str = "XBLOCK"  # the rows' block (a matmul's epilogue walks BLOCK_M rows)
     column_block: str = "RBLOCK"  # the columns' block of a 2-D layout (BLOCK_N in a matmul's epilogue)
+    online: tuple[tuple[str, str], ...] = ()  # (amax, the sum of exp(x - amax)) pairs sharing one loop
 
     @property
     def reduction(self) -> bool:
@@ -83,7 +84,9 @@ class KernelPlan:
             return "persistent reduction: each row stays in registers, one pass"
         if self.reduction:
             looped = "looped reduction: one pass over each row per reduction, one more for the outputs"
-            return looped + ("; a mean and the variance around it share one pass (Welford)" if self.welford else "")
+            looped += "; a mean and the variance around it share one pass (Welford)" if self.welford else ""
+            return looped + ("; a maximum and the sum of exponentials share one pass (online softmax)"
+                             if self.online else "")
         if self.tiled:
             return ("pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or "
                     "column, no division")
@@ -111,6 +114,8 @@ def plan_kernel(graph: Graph, group: FusionGroup, contiguous: set[str], force_lo
                   and shape.trailing_axes)
     # A looped mean followed by a sum/mean of squared deviations from it: both in one Welford pass.
     partners = welford.partners(graph, group.nodes) if reduction and not persistent else {}
+    # A looped amax followed by the sum of exp(x - amax): both in one pass (online softmax).
+    online = online_softmax.partners(graph, group.nodes) if reduction and not persistent else {}
     kind: KernelKind = "tiled" if tiled else kernel_kind(group.kind)
     if reduction and not shape.trailing_axes:
         kind = "outer_reduction"
@@ -118,8 +123,10 @@ def plan_kernel(graph: Graph, group: FusionGroup, contiguous: set[str], force_lo
     heavy += max(0, sum(1 for o in group.outputs if alignment(graph[o].type.shape, domain) == "full") - 1)
     accumulators = 1
     if reduction and not persistent:
-        accumulators = 3 if partners else 2 if any(graph[n].op in ("argmax", "argmin") for n in group.nodes) else 1
-    return KernelPlan(kind, domain, layout, tiled, persistent, tuple(partners.items()), heavy, accumulators)
+        accumulators = 3 if partners else 2 if online or any(graph[n].op in ("argmax", "argmin")
+                                                             for n in group.nodes) else 1
+    return KernelPlan(kind, domain, layout, tiled, persistent, tuple(partners.items()), heavy, accumulators,
+                      online=tuple(online.items()))
 
 
 def plan_matmul(graph: Graph, group: FusionGroup) -> KernelPlan:
