@@ -15,6 +15,7 @@ import ipywidgets
 
 from fusionlab.display import style
 from fusionlab.display.links import find_group
+from fusionlab.display.modules import is_big
 from fusionlab.display.session import load_inductor
 from fusionlab.display.tables import (
     decisions_table,
@@ -23,8 +24,10 @@ from fusionlab.display.tables import (
     inductor_decisions_table,
     inductor_table,
 )
+from fusionlab.inductor.correspondence import group_labels
 from fusionlab.widgets.base import StaticFallback
 from fusionlab.widgets.graph_view import GraphView
+from fusionlab.widgets.module_graph import ModuleGraph
 from fusionlab.widgets.source_compare import SourceCompare
 from fusionlab.widgets.stepper import StageStepper
 from fusionlab.widgets.timing_plot import TimingPlot
@@ -55,7 +58,14 @@ class Explorer(StaticFallback, ipywidgets.VBox):
                               titles=("groups", "decisions", "edges", "Inductor"))
         side = ipywidgets.VBox([self.selection, tabs], layout={"width": "42%", "min_width": "320px"})
         self.stepper.layout.width = "58%"
-        super().__init__([self.title, ipywidgets.HBox([self.stepper, side]), self.source, self.timings], **kwargs)
+        main: Any = self.stepper
+        self.modules: ModuleGraph | None = None  # a whole model: its graph starts folded by module
+        if is_big(fused.previous.graph):
+            self.modules = ModuleGraph(fused)
+            self.modules.observe(self._module_view_selected, names="selected")
+            main = ipywidgets.Tab(children=[self.modules, self.stepper], titles=("by module", "every node"),
+                                  layout={"width": "58%"})
+        super().__init__([self.title, ipywidgets.HBox([main, side]), self.source, self.timings], **kwargs)
         self.add_class("fusionlab-explorer")
         self.graph.observe(lambda change: self.select(change["new"]), names="selected")
         self.source.observe(self._group_picked, names="group")
@@ -74,6 +84,10 @@ class Explorer(StaticFallback, ipywidgets.VBox):
             self.source.select(group.name)
         self.groups.value = groups_table(self.fused, selected=group.name if group else None, max_height="420px")
         self.selection.value = self._selection_html(name)
+
+    def _module_view_selected(self, change: dict[str, Any]) -> None:
+        if change["new"]:
+            self.select(change["new"])
 
     def _group_picked(self, change: dict[str, Any]) -> None:
         current = find_group(self.fused, self.graph.selected)
@@ -120,11 +134,14 @@ class Explorer(StaticFallback, ipywidgets.VBox):
             return f"<div style='{style.NOTE_STYLE}'>Inductor not loaded (Explorer(ex, inductor=True)).</div>"
         if isinstance(self.inductor, str):
             return f"<div style='{style.WARNING_STYLE}'>Inductor is {html.escape(self.inductor)}</div>"
-        return inductor_table(self.inductor, max_height="260px") + inductor_decisions_table(self.inductor,
-                                                                                             max_height="260px")
+        decisions = (self.inductor.decisions_html(group_labels(self.fused), max_height="260px")
+                     if getattr(self.inductor, "operations", ()) else  # in our node names and groups
+                     inductor_decisions_table(self.inductor, max_height="260px"))
+        return inductor_table(self.inductor, max_height="260px") + decisions
 
     def static_html(self) -> str:
-        return (f"<div>{self.title.value}{self.stepper.static_html()}{self.selection.value}{self.groups.value}"
+        graph = self.modules.static_html() if self.modules is not None else self.stepper.static_html()
+        return (f"<div>{self.title.value}{graph}{self.selection.value}{self.groups.value}"
                 f"{self.source.static_html()}{self.timings.static_html()}</div>")
 
     def __repr__(self) -> str:
