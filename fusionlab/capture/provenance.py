@@ -97,6 +97,7 @@ class ProvenanceMode(TorchFunctionMode):
         super().__init__()
         self.paths = paths
         self.boundary = boundary
+        self.module = ""  # the module of the latest call: a failed trace says where it stopped
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
@@ -105,6 +106,7 @@ class ProvenanceMode(TorchFunctionMode):
         module, frame = self._where()
         if module is not None:
             meta["nn_module_stack"] = {module: (module, "")}
+        self.module = module or ""
         if frame is not None:
             meta["stack_trace"] = (f'  File "{frame.f_code.co_filename}", line {frame.f_lineno}, '
                                    f"in {frame.f_code.co_name}\n")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,7 +27,14 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from fusionlab.capture.decompositions import DECOMPOSITIONS, decomposed_from
 from fusionlab.capture.guards import guards_of
-from fusionlab.capture.provenance import ProvenanceInterpreter, ProvenanceMode, module_paths, provenance
+from fusionlab.capture.provenance import (
+    ProvenanceInterpreter,
+    ProvenanceMode,
+    is_internal,
+    module_paths,
+    provenance,
+    short_path,
+)
 from fusionlab.capture.result import (
     TENSOR_SLOT,
     AtenNode,
@@ -134,7 +142,8 @@ def capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     except CaptureError:
         raise
     except Exception as error:  # noqa: BLE001 - re-raised with context
-        raise _capture_error(name, error) from error
+        running = stamping.module if isinstance(stamping, ProvenanceMode) else ""
+        raise _capture_error(name, error, running) from error
 
     source.fingerprint = source.modes()  # after the trace: a forward may set its own attributes (caches) as it runs
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
@@ -260,12 +269,30 @@ def _distinct(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return distinct
 
 
-def _capture_error(name: str, error: Exception) -> CaptureError:
-    """The trace failed: say where in the user's code and what to do, not only what torch said."""
+def _capture_error(name: str, error: Exception, module: str = "") -> CaptureError:
+    """The trace failed: say where in the user's code and what to do, not only what torch said. `module` is the
+    module whose code was running ("" at the top level)."""
     kind = type(error).__name__
     line = _user_line(error)
     where = f" at {line}" if line else ""
     if "DataDependent" in kind or "data-dependent" in str(error):
+        frame = _user_frame(error)
+        code = (frame.line or "").strip() if frame is not None else ""
+        place = (f" at {short_path(frame.filename)}:{frame.lineno} (`{code}`)" if frame is not None else "") + (
+            f" in module {module}" if module else "")
+        if re.match(r"(el)?if\b|while\b|assert\b", code) or re.search(r"\bif\b.*\belse\b", code):
+            return CaptureError(
+                f"data-dependent branch{place}: {name} depends on the values inside a tensor there (it branches on "
+                "one), and one captured graph holds one path only. Compute both sides and pick with "
+                "torch.where(condition, a, b), or use "
+                "torch.compile(fn, backend='fusionlab'), which splits the graph there (a graph break) and runs each "
+                "part through fusionlab")
+        if re.search(r"\.item\(\)|\.tolist\(\)|\b(int|float|bool)\(", code):
+            return CaptureError(
+                f"data-dependent value{place}: {name} depends on the values inside a tensor there (it reads a "
+                "number out of one: .item(), int(), float()), which a captured graph cannot hold. Pass it as a "
+                "Python number, keep it a tensor, or use "
+                "torch.compile(fn, backend='fusionlab'), which splits the graph there")
         return CaptureError(
             f"{name} depends on the values inside a tensor{where} (a branch like `if x.sum() > 0`, `.item()`, or an "
             "op whose output size depends on the data, such as nonzero or boolean indexing): one captured graph "
@@ -280,6 +307,13 @@ def _capture_error(name: str, error: Exception) -> CaptureError:
         return CaptureError(f"could not trace {name}: it reads a tensor that is neither an argument nor a parameter "
                             f"of a module it refers to{where}: pass that tensor as an argument")
     return CaptureError(f"could not trace {name}{where}: {kind}: {str(error).splitlines()[0] if str(error) else ''}")
+
+
+def _user_frame(error: BaseException) -> traceback.FrameSummary | None:
+    """The frame of the traceback nearest the error in the user's code (not torch's, fusionlab's or Python's)."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not is_internal(frame.filename)
+              and "/fusionlab/" not in frame.filename.replace("\\", "/")]
+    return frames[-1] if frames else None
 
 
 def _user_line(error: BaseException) -> str:
