@@ -5,15 +5,27 @@ Inductor's first C++ compile in a process takes ~10 s on a small CPU: the views 
 
 from __future__ import annotations
 
+import html
 import logging
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from fusionlab.inductor import compile_inductor, inductor_view
-from fusionlab.inductor.records import InductorDecision, InductorKernel, InductorView, captured_pairs, match_nodes
+import fusionlab as fl
+from fusionlab.display.source import source_panel
+from fusionlab.inductor import compile_inductor, group_labels, inductor_view
+from fusionlab.inductor.matching import InductorNode, OurNode, match_graph
+from fusionlab.inductor.records import (
+    InductorDecision,
+    InductorKernel,
+    InductorOperation,
+    InductorView,
+    captured_pairs,
+    match_nodes,
+)
 
 
 def gelu_softmax_and_column_sum(x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,3 +200,107 @@ def test_cuda_view_has_triton_kernels_bytes_and_decisions() -> None:
     assert all(k.language == "triton" and k.num_gb for k in view.kernels)
     assert {name for k in view.kernels for name in k.node_names} == set(nodes)
     assert view.decisions
+
+
+# ---- Inductor's operations in our names: matching, decisions, the decorator fold ---------------------------
+
+
+def layer_norm_gelu_softmax(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(F.gelu(F.layer_norm(x, (32,), w, b)) + b, -1)
+
+
+@pytest.fixture(scope="module")
+def explored() -> tuple[fl.Exploration, InductorView]:
+    ex = fl.explore(layer_norm_gelu_softmax, torch.randn(8, 32), torch.randn(32), torch.randn(32))
+    return ex, ex.inductor(cpu_backend="triton")
+
+
+def test_every_inductor_decision_names_our_nodes_and_groups(explored: tuple[fl.Exploration, InductorView]) -> None:
+    ex, view = explored
+    captured = {node.name for node in ex.captured.aten_nodes}
+    assert view.operations and all(op.name.startswith("op") for op in view.operations)
+    assert all(op.nodes and set(op.nodes) <= captured and not op.unmatched for op in view.operations)
+    assert view.matches and all(m.ours in captured for m in view.matches)
+    rules = {m.inductor: (m.ours, m.rule) for m in view.matches}
+    assert rules["var_mean"] == ("native_layer_norm", "decomposed")  # Inductor's decomposition, our one node
+    assert rules["amax"] == ("_softmax", "decomposed") and rules["erf"] == ("gelu", "decomposed")
+    labels = group_labels(ex.fused)
+    assert view.decisions
+    for decision in view.decisions:
+        for side in (decision.node1, decision.node2):
+            ours, unmatched = view.our_nodes_of(side, decision.graph)
+            assert ours and set(ours) <= captured and not unmatched
+        text = view.describe(decision, labels)
+        assert "(our group" in text and f"[Inductor's {decision.node1} + {decision.node2}]" in text
+        assert "not recorded" not in text and "unmatched" not in text
+    first = view.decisions[0]
+    assert text_before_bracket(view.describe(first)).split(" + ")[0].split(", ")[0] in captured
+    assert "our nodes (1)" in view.decisions_html(labels) and "Inductor's op" in view.decisions_html(labels)
+
+
+def text_before_bracket(line: str) -> str:
+    return line.split(" | ")[0]
+
+
+def test_kernels_cover_our_nodes_through_their_operations(explored: tuple[fl.Exploration, InductorView]) -> None:
+    ex, view = explored
+    covered = {name for kernel in view.kernels for name in kernel.node_names}
+    computed = {n.name for n in ex.captured.aten_nodes if n.target != "getitem"}
+    assert computed <= covered
+    for kernel in view.kernels:
+        assert kernel.scheduler_nodes and all(re.fullmatch(r"op\d+", name) for name in kernel.scheduler_nodes)
+
+
+def test_decorator_is_folded_and_the_full_source_kept(explored: tuple[fl.Exploration, InductorView]) -> None:
+    _, view = explored
+    kernel = next(k for k in view.kernels if k.language == "triton")
+    assert "triton_meta=" in kernel.decorator and "inductor_meta=" in kernel.decorator
+    assert kernel.decorator.startswith("@triton_heuristics.") and len(kernel.decorator.splitlines()) >= 4
+    assert kernel.body.startswith("@triton.jit\ndef triton_") and "triton_meta" not in kernel.body
+    assert kernel.decorator in kernel.source and "def triton_" in kernel.source  # the text API keeps it all
+    page = source_panel(kernel.name, kernel.body, decorator=kernel.decorator)
+    lines = len(kernel.decorator.splitlines())
+    assert f"decorator: {lines} lines (show)</summary>" in page
+    code = page.split("</details>")[-1]
+    shown = html.unescape(re.sub(r"<[^>]+>", "", code)).strip()
+    assert shown.startswith("@triton.jit\ndef triton_")
+
+
+def test_in_place_names_match_their_functional_form() -> None:
+    ours = [OurNode("add_1", "add", "add"), OurNode("relu_", "relu_", "relu_"), OurNode("relu__1", "relu_", "relu_")]
+    theirs = [InductorNode("add_1", "add", "add"), InductorNode("relu", "relu", "relu"),
+              InductorNode("relu_1", "relu", "relu")]
+    assert [(m.ours, m.rule) for m in match_graph(theirs, ours)] == [
+        ("add_1", "same name"), ("relu_", "same name"), ("relu__1", "same name")]
+    # Different names: the k-th relu is our k-th relu_.
+    renamed = [InductorNode("relu_7", "relu", "relu"), InductorNode("relu_8", "relu", "relu")]
+    assert [(m.ours, m.rule) for m in match_graph(renamed, ours)] == [("relu_", "op and order"),
+                                                                      ("relu__1", "op and order")]
+
+
+def test_decomposed_calls_split_by_their_source_and_unmatched_is_said() -> None:
+    ours = [OurNode("native_layer_norm", "native_layer_norm", "native_layer_norm"), OurNode("mul", "mul", "mul"),
+            OurNode("native_layer_norm_1", "native_layer_norm", "native_layer_norm")]
+    theirs = [InductorNode("var_mean", "var_mean", "native_layer_norm", "y"),
+              InductorNode("mul", "mul", "native_layer_norm", "y"),  # our `mul`'s name, but from layer_norm
+              InductorNode("mul_2", "mul", "mul", "mul"),
+              InductorNode("var_mean_1", "var_mean", "native_layer_norm", "layer_norm_1"),
+              InductorNode("cat", "cat", "cat", "cat")]
+    found = [(m.inductor, m.ours, m.rule) for m in match_graph(theirs, ours)]
+    assert found == [("var_mean", "native_layer_norm", "decomposed"), ("mul", "native_layer_norm", "decomposed"),
+                     ("mul_2", "mul", "op and order"), ("var_mean_1", "native_layer_norm_1", "decomposed"),
+                     ("cat", None, "unmatched")]
+    # Two of Inductor's muls for one of ours: not guessed.
+    two = [InductorNode("mul_2", "mul", "mul"), InductorNode("mul_3", "mul", "mul")]
+    assert [m.rule for m in match_graph(two, ours[1:2])] == ["unmatched", "unmatched"]
+
+
+def test_a_decision_on_nodes_no_rule_matches_says_unmatched() -> None:
+    operations = (InductorOperation("op0", "SchedulerNode", ("buf0",), ("gelu_x",), ("gelu",)),
+                  InductorOperation("op1", "SchedulerNode", ("buf1",), ("mul_tensor",), (), ("mul_tensor",)))
+    view = InductorView((), (InductorDecision("op0", "op1", "no shared data"),), "", "cpu", operations=operations)
+    text = view.describe(view.decisions[0], {"gelu": "pointwise_1"})
+    assert text == ("gelu (our group pointwise_1) + unmatched: Inductor's mul_tensor | not fused: no shared data  "
+                    "[Inductor's op0 + op1]")
+    assert view.our_nodes_of("op0_op1") == (("gelu",), ("mul_tensor",))
+    assert "op7 (not recorded)" in view.describe(InductorDecision("op7", "op0", "fused", True))
