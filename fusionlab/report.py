@@ -2,7 +2,9 @@
 
 No network and no kernel needed to read it: styles are inline, the graph and the charts are inline SVG, and a
 few lines of inline script (optional: the page reads fine without it) filter the sources by a click on the
-graph. Every name from user code is escaped.
+graph. Every name from user code is escaped. A graph of more than `MODULE_VIEW_NODES` nodes (a whole model) is
+drawn folded by module, with each folded module of the first view pre-drawn open, so a click opens it in place;
+a bar on stderr shows each part as it is made (TorchInductor's compile and the benchmark take the time).
 
     >>> page = exploration_html(ex)                         # or ex.to_html("report.html")
     $ fusionlab report fusionlab.measure.workloads:softmax --out softmax.html
@@ -16,6 +18,9 @@ import importlib
 import inspect
 import json
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,15 @@ import torch
 
 from fusionlab.display.graph import draw_graph
 from fusionlab.display.links import inductor_kernels_of, kernel_body, kernel_of_group, wrapper_sections
+from fusionlab.display.modules import (
+    MODULE_VIEW_NODES,
+    ModuleDrawing,
+    draw_modules,
+    icicle,
+    is_big,
+    modelled_frame,
+    module_tree,
+)
 from fusionlab.display.plots import CPU_NOTE, figure_svg, kernel_figure, roofline_figure, timing_figure
 from fusionlab.display.render import graph_html, render_svg
 from fusionlab.display.session import load_inductor
@@ -38,7 +52,7 @@ from fusionlab.display.tables import (
 from fusionlab.explore import Exploration, explore
 from fusionlab.measure import workloads
 
-__all__ = ["exploration_html", "load_target", "main"]
+__all__ = ["MODULE_VIEW_NODES", "exploration_html", "load_target", "main", "module_graph_section"]
 
 _PAGE_STYLE = """
 body { font-family: Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1280px; color: #111827; }
@@ -47,17 +61,22 @@ h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; border-bottom: 1
 .fl-pair { display: flex; gap: 10px; } .fl-pair > div { flex: 1; min-width: 0; }
 .fl-group { margin: 10px 0 18px; } .fl-group.fl-hidden { display: none; }
 #fl-graph g.node, #fl-graph g.cluster { cursor: pointer; }
+#fl-graph.fl-modules svg { max-width: 100%; height: auto; }
 #fl-graph g.fl-selected polygon, #fl-graph g.fl-selected path,
 #fl-graph g.fl-selected ellipse { stroke: #f59e0b; stroke-width: 3px; }
 button { font-size: 12px; }
 """
 
-# Reads the JSON island (ids -> names, names -> groups), filters the source sections on a click. No eval, no
-# innerHTML: names only ever reach the page as text.
+# Reads the JSON island (ids -> names, names -> groups), filters the source sections on a click. On a graph folded
+# by module, a click on a folded module swaps in its pre-drawn open view (a <template>), a click on an open module's
+# frame goes back to the first view. No eval, no innerHTML: names only ever reach the page as text.
 _PAGE_SCRIPT = """
 (function () {
   var data = JSON.parse(document.getElementById("fl-data").textContent);
   var status = document.getElementById("fl-status");
+  var graph = document.getElementById("fl-graph");
+  var moduleStatus = document.getElementById("fl-module-status");
+  var first = Array.prototype.map.call(graph.childNodes, function (n) { return n.cloneNode(true); });
   function show(group) {
     var found = false;
     document.querySelectorAll(".fl-group").forEach(function (section) {
@@ -68,16 +87,35 @@ _PAGE_SCRIPT = """
     status.textContent = group === null ? "showing every group"
       : found ? "showing group " + group : "group " + group + " is a view: no kernel of its own";
   }
-  document.querySelectorAll("#fl-graph g.node, #fl-graph g.cluster").forEach(function (element) {
-    element.addEventListener("click", function (event) {
-      event.stopPropagation();
-      var title = element.querySelector("title");
-      var name = title ? data.names[title.textContent] : undefined;
-      document.querySelectorAll("#fl-graph .fl-selected").forEach(function (e) { e.classList.remove("fl-selected"); });
-      element.classList.add("fl-selected");
-      var group = name === undefined ? undefined : data.groups[name];
-      if (group !== undefined) { show(group); }
-    });
+  function openModule(name) {
+    var views = document.querySelectorAll("template.fl-module-view");
+    for (var i = 0; i < views.length; i++) {
+      if (views[i].getAttribute("data-module") === name) {
+        graph.replaceChildren(views[i].content.cloneNode(true));
+        moduleStatus.textContent = "opened " + name + "; click its label to fold it";
+        return;
+      }
+    }
+    moduleStatus.textContent = name + " opens further in a notebook: fusionlab.widgets.ModuleGraph(ex)";
+  }
+  graph.addEventListener("click", function (event) {
+    var element = event.target.closest ? event.target.closest("g.node, g.cluster") : null;
+    if (!element || !graph.contains(element)) { return; }
+    event.stopPropagation();
+    var title = element.querySelector("title");
+    var id = title ? title.textContent : "";
+    var name = data.names[id];
+    var kind = (data.kinds || {})[id];
+    if (kind === "module") { openModule(name); return; }
+    if (kind === "cluster") {
+      graph.replaceChildren.apply(graph, first.map(function (n) { return n.cloneNode(true); }));
+      moduleStatus.textContent = "folded " + name;
+      return;
+    }
+    graph.querySelectorAll(".fl-selected").forEach(function (e) { e.classList.remove("fl-selected"); });
+    element.classList.add("fl-selected");
+    var group = name === undefined ? undefined : data.groups[name];
+    if (group !== undefined) { show(group); }
   });
   document.getElementById("fl-show-all").addEventListener("click", function () { show(null); });
 })();
@@ -98,46 +136,54 @@ def _json_island(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def exploration_html(ex: Any, *, inductor: Any = True, timings: Any = True, title: str | None = None) -> str:
+def exploration_html(ex: Any, *, inductor: Any = True, timings: Any = True, title: str | None = None,
+                     progress: bool = True) -> str:
     """The page. `inductor`: True (compute it), False, or an InductorView; `timings`: True (run the
     benchmark), False, or a BenchReport. A part that fails says so on the page; the rest is still written.
+    `progress`: a bar on stderr (a notebook bar in Jupyter) names each part as it is made.
     """
-    fused, generated = ex.fused, ex.generated
-    view = load_inductor(ex, inductor)
     name = str(title or getattr(ex.fn, "__name__", type(ex.fn).__name__))
-    drawing = draw_graph(fused)
-    graph = graph_html(render_svg(drawing.dot))
-    aten = graph_html(render_svg(draw_graph(fused, level="captured").dot))
-    localised = ""  # where a mismatch was first seen, stage by stage (verify's own HTML)
-    try:
-        report = ex.verify()
-        verified, localised = repr(report), ("" if report.ok else report._repr_html_())
-    except Exception as error:  # keep writing the page: say what failed
-        verified = f"verify failed: {type(error).__name__}: {error}"
-    group_of = {node: group.name for group in fused.groups for node in group.nodes}
-    group_of.update({group.name: group.name for group in fused.groups})
-    for group in fused.groups:
-        for origin in group.origins:
-            group_of.setdefault(origin, group.name)
-    island = _json_island({"names": drawing.names, "groups": group_of})
-
+    steps = ["verify", "graph", "tables"] + (["TorchInductor (torch.compile)"] if inductor is True else []) + \
+        ["sources"] + (["timings (benchmark)"] if timings is True else [])
+    with _progress(progress, steps, name) as step:
+        step("verify")
+        fused, generated = ex.fused, ex.generated
+        localised = ""  # where a mismatch was first seen, stage by stage (verify's own HTML)
+        try:
+            report = ex.verify()
+            verified, localised = repr(report), ("" if report.ok else report._repr_html_())
+        except Exception as error:  # keep writing the page: say what failed
+            verified = f"verify failed: {type(error).__name__}: {error}"
+        step("graph")
+        graph_part, names, kinds = _graph_part(fused)
+        group_of = {node: group.name for group in fused.groups for node in group.nodes}
+        group_of.update({group.name: group.name for group in fused.groups})
+        for group in fused.groups:
+            for origin in group.origins:
+                group_of.setdefault(origin, group.name)
+        island = _json_island({"names": names, "kinds": kinds, "groups": group_of})
+        step("tables")
+        big = is_big(fused.previous.graph)
+        edges = _note("every edge: ex.show()'s edges tab (left out of a page this large)") if big else \
+            f"<details><summary>every edge: types and sizes</summary>{edges_table(fused)}</details>"
+        tables = [_section("Groups", groups_table(fused), "groups"),
+                  _section("Fusion decisions, in order", decisions_table(fused), "decisions"), edges]
+        if inductor is True:
+            step("TorchInductor (torch.compile)")
+        view = load_inductor(ex, inductor)
+        step("sources")
+        sources = [_section("Sources: fusionlab beside TorchInductor", _sources(ex, generated, view), "sources"),
+                   _section("Wrapper programs", _wrappers(generated, view), "wrappers"),
+                   _section("TorchInductor", _inductor(view), "inductor")]
+        if timings is True:
+            step("timings (benchmark)")
+        timed = _section("Timings", _timings(ex, timings), "timings")
     parts = [
         f"<h1>fusionlab: {html.escape(name)}</h1>",
         _note(f"{ex!r} | {fused!r} | {verified}") + localised,
         _note(f"written {datetime.datetime.now().isoformat(timespec='seconds')} by fusionlab with torch "
               f"{torch.__version__}; self-contained: no network needed."),
-        _section("Graph: one colour per fusion group", f"<div id='fl-graph'>{graph}</div>" + _note(
-            "Dashed grey edges stay in registers inside a kernel; solid edges are written to memory and read "
-            "back. Grey 3-D boxes are extern ops (eager PyTorch / cuBLAS); dashed boxes are views. Hover for "
-            "shapes and dtypes; click a node or a group to show only its sources below."), "graph"),
-        f"<details><summary>the captured aten graph</summary>{aten}</details>",
-        _section("Groups", groups_table(fused), "groups"),
-        _section("Fusion decisions, in order", decisions_table(fused), "decisions"),
-        f"<details><summary>every edge: types and sizes</summary>{edges_table(fused)}</details>",
-        _section("Sources: fusionlab beside TorchInductor", _sources(ex, generated, view), "sources"),
-        _section("Wrapper programs", _wrappers(generated, view), "wrappers"),
-        _section("TorchInductor", _inductor(view), "inductor"),
-        _section("Timings", _timings(ex, timings), "timings"),
+        graph_part, *tables, *sources, timed,
     ]
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -146,6 +192,86 @@ def exploration_html(ex: Any, *, inductor: Any = True, timings: Any = True, titl
         + f"<script type='application/json' id='fl-data'>{island}</script><script>{_PAGE_SCRIPT}</script>"
         + "</body></html>\n"
     )
+
+
+@contextmanager
+def _progress(enabled: bool, steps: list[str], name: str) -> Iterator[Callable[[str], None]]:
+    """A tqdm.auto bar over the page's parts; it first says what makes a page slow."""
+    if not enabled:
+        yield lambda _: None
+        return
+    print(f"fusionlab: writing the page for {name}: {', '.join(steps)}. {SPEED_HINT}", file=sys.stderr)
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # no bar: one line per part
+        yield lambda part: print(f"fusionlab: {part}", file=sys.stderr)
+        return
+    bar = tqdm(total=len(steps), desc="fusionlab page", file=sys.stderr, leave=False)
+    started = [False]
+
+    def step(part: str) -> None:
+        if started[0]:
+            bar.update(1)
+        started[0] = True
+        bar.set_postfix_str(part)
+
+    try:
+        yield step
+    finally:
+        bar.update(1)
+        bar.close()
+
+
+SPEED_HINT = ("timings=False skips timing and is fast; inductor=False skips TorchInductor's compile "
+              "(both take the most time)")
+
+
+def _graph_part(fused: Any) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The graph section and its DOT ids -> names (and kinds, for a graph folded by module)."""
+    if is_big(fused.previous.graph):
+        tree = module_tree(fused)
+        if len(tree) > 1:  # a model with modules: fold it
+            return module_graph_section(tree, fused)
+    drawing = draw_graph(fused)
+    graph = graph_html(render_svg(drawing.dot))
+    aten = graph_html(render_svg(draw_graph(fused, level="captured").dot))
+    body = _section("Graph: one colour per fusion group", f"<div id='fl-graph'>{graph}</div>" + _note(
+        "Dashed grey edges stay in registers inside a kernel; solid edges are written to memory and read "
+        "back. Grey 3-D boxes are extern ops (eager PyTorch / cuBLAS); dashed boxes are views. Hover for "
+        "shapes and dtypes; click a node or a group to show only its sources below."), "graph")
+    return body + f"<details><summary>the captured aten graph</summary>{aten}</details>", drawing.names, {}
+
+
+def module_graph_section(tree: Any, fused: Any = None) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The graph folded by module, for a page: the first view, each of its folded modules pre-drawn open (a click
+    swaps it in), and the time by module (modelled). Returns the HTML and the DOT ids' names and kinds."""
+    first = draw_modules(tree)
+    views: list[tuple[str, ModuleDrawing]] = [
+        (path, draw_modules(tree, first.expanded | {path}))
+        for dot_id, path in first.names.items() if first.kinds[dot_id] == "module"]
+    names, kinds = dict(first.names), dict(first.kinds)
+    for _, drawing in views:
+        names.update(drawing.names)
+        kinds.update(drawing.kinds)
+    with ThreadPoolExecutor(max_workers=4) as pool:  # each `dot` run mostly waits for its process to start
+        rendered = list(pool.map(render_svg, [first.dot] + [drawing.dot for _, drawing in views]))
+    templates = "".join(f"<template class='fl-module-view' data-module='{html.escape(path, quote=True)}'>"
+                        f"{graph_html(svg)}</template>" for (path, _), svg in zip(views, rendered[1:]))
+    nodes = len(tree.graph.nodes)
+    status = (f"{nodes} nodes folded into modules; {first.hidden} plumbing nodes (views, masks, position ids) "
+              "hidden. Click a module to open it, an open module's label to fold it; hover for kernels and bytes.")
+    chart = ""
+    if fused is not None:
+        try:
+            chart = icicle(modelled_frame(fused))._repr_html_()
+        except ValueError as error:  # nothing moved: no chart, say why
+            chart = _note(f"no time by module: {error}")
+    body = (f"<p class='fl-note'><span id='fl-module-status'>{html.escape(status)}</span></p>"
+            f"<div id='fl-graph' class='fl-modules'>{graph_html(rendered[0])}</div>{templates}"
+            + _note("Every node: ex.show() (the Explorer) or fusionlab.display.draw_graph(ex.fused); open and "
+                    "search modules live with fusionlab.widgets.ModuleGraph(ex).")
+            + (f"<h3 style='font-size:13px'>Time by module</h3>{chart}" if chart else ""))
+    return _section("Graph, folded by module", body, "graph"), names, kinds
 
 
 def _sources(ex: Any, generated: Any, view: Any) -> str:

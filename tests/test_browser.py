@@ -8,6 +8,8 @@ are tests/test_frontends.py.
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +17,12 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
 import fusionlab as fl
+from fusionlab import models
+from fusionlab.widgets.base import frontend_source
+from fusionlab.widgets.module_graph import ModuleGraph
 from tests.browser_support import (
     ARTIFACTS,
     TOUR,
@@ -91,3 +97,82 @@ def test_report_page_a_graph_click_filters_the_sources(tmp_path: Path) -> None:
         page.locator("#fl-show-all").click()
         assert page.locator(".fl-group:visible").count() == total
         assert status.inner_text() == "showing every group"
+
+
+def test_model_page_a_click_opens_a_layer_and_the_chart_reads_its_time(tmp_path: Path) -> None:
+    """The zoo's tiny GPT-2 page, folded by module: a click on layer h.0 opens it in place, a click on its label
+    folds it, and the icicle reads the layer's (modelled) time."""
+    require_browser()
+    model, inputs = models.build("gpt2", size="tiny", train=False)
+    ex = fl.explore(model, **inputs)
+    path = tmp_path / "gpt2.html"
+    ex.to_html(str(path), inductor=False, timings=False, progress=False)
+    with chromium_page("browser_model_page_failure.png") as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(path.as_uri())
+        graph = page.locator("#fl-graph")
+        status = page.locator("#fl-module-status")
+        assert "folded into modules" in status.inner_text()
+        assert graph.locator("g.cluster").count() == 2  # transformer and h are open; the layers are boxes
+        layer = graph.locator("g.node", has_text="h.0").first
+        assert "kernels" in (layer.text_content() or "")
+        layer.click()
+        assert status.inner_text() == "opened transformer.h.0; click its label to fold it"
+        opened = graph.locator("g.cluster", has=page.locator("text", has_text=re.compile(r"^h\.0 · ")))
+        assert opened.count() == 1 and graph.locator("g.node", has_text="h.0.attn").count() == 1
+        graph.screenshot(path=str(ARTIFACTS / "browser_model_page_open_layer.png"))
+        opened.locator("text").first.click()
+        assert status.inner_text() == "folded transformer.h.0" and graph.locator("g.cluster").count() == 2
+        cell = page.locator(".fl-icicle-cell[data-module='transformer.h.0'] title")
+        assert re.fullmatch(r"transformer\.h\.0: [0-9.e-]+ ms \(modelled on H200\)", cell.text_content() or "")
+        assert not errors
+
+
+def test_module_graph_front_end_sends_clicks_zooms_pans_and_searches(tmp_path: Path) -> None:
+    """The widget's own ES module, run in Chromium over a stand-in for anywidget's model: what it sends and sets."""
+    require_browser()
+    view = ModuleGraph(fl.explore(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)), torch.randn(2, 8)))
+    source = frontend_source("svg_tools.js") + frontend_source("module_graph.js")
+    assert source.rstrip().endswith("export default { render };")
+    script = source.rstrip().removesuffix("export default { render };") + "window.flWidget = { render };"
+    state = {name: getattr(view, name) for name in ("svg", "dot", "message", "kinds", "status", "hide_plumbing",
+                                                     "search")}
+    harness = tmp_path / "module_graph.html"
+    harness.write_text(
+        "<!DOCTYPE html><html><body><div id='host'></div><script>" + script + "</script><script>"
+        "window.state = " + json.dumps(state).replace("<", "\\u003c") + "; window.sent = []; window.saved = 0;"
+        "const model = { get: (k) => window.state[k], set: (k, v) => { window.state[k] = v; },"
+        " save_changes: () => { window.saved += 1; }, send: (m) => window.sent.push(m), on() {}, off() {} };"
+        "window.flWidget.render({ model, el: document.getElementById('host') });</script></body></html>",
+        encoding="utf-8")
+    with chromium_page("browser_module_graph_failure.png", viewport={"width": 1000, "height": 900}) as page:
+        page.goto(harness.as_uri())
+        svg = page.locator(".fl-mg-canvas svg")
+        assert "plumbing nodes hidden" in page.locator(".fl-mg-status").inner_text()
+        box = next(dot_id for dot_id, kind in view.kinds.items() if kind == "module")
+        page.locator(".fl-mg-canvas g.node", has=page.locator(f"title:text-is('{box}')")).click()
+        assert page.evaluate("window.sent") == [{"event": "click", "id": box}]
+        before = svg.get_attribute("viewBox")
+        svg.hover()
+        page.mouse.wheel(0, -300)  # zoom in about the pointer
+        zoomed = svg.get_attribute("viewBox")
+        assert zoomed != before and float(zoomed.split()[2]) < float(before.split()[2])  # type: ignore[union-attr]
+        bounds = svg.bounding_box()
+        assert bounds is not None
+        page.mouse.move(bounds["x"] + 5, bounds["y"] + 5)
+        page.mouse.down()
+        page.mouse.move(bounds["x"] + 80, bounds["y"] + 60, steps=5)
+        page.mouse.up()
+        panned = svg.get_attribute("viewBox")
+        assert panned != zoomed and panned.split()[2:] == zoomed.split()[2:]  # type: ignore[union-attr]
+        assert len(page.evaluate("window.sent")) == 1  # the drag did not click
+        page.locator(".fl-mg-fit").click()
+        assert svg.get_attribute("viewBox") == before
+        page.locator(".fl-mg-search").fill("relu")
+        page.locator(".fl-mg-search").press("Enter")
+        assert page.evaluate("window.state.search") == "relu" and page.evaluate("window.saved") == 1
+        page.locator(".fl-mg-plumbing").uncheck()
+        assert page.evaluate("window.state.hide_plumbing") is False
+        page.locator(".fl-mg-reset").click()
+        assert page.evaluate("window.sent")[-1] == {"event": "reset"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 import fusionlab as fl
-from fusionlab import cli
+from fusionlab import cli, models
 from fusionlab.report import exploration_html, load_target
 
 
@@ -108,4 +109,33 @@ def test_the_page_script_binds_the_graph_it_writes() -> None:
     page = exploration_html(fl.explore(lambda x: torch.softmax(x, -1), torch.randn(4, 16)), inductor=False,
                             timings=False)
     assert "<div id='fl-graph'><div class='fusionlab-graph'><svg" in page
-    assert "#fl-graph g.node" in page
+    assert 'document.getElementById("fl-graph")' in page and 'closest("g.node, g.cluster")' in page
+
+
+def test_the_page_says_what_is_slow_and_shows_its_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    ex = fl.explore(lambda x: torch.softmax(x, -1), torch.randn(4, 16))
+    exploration_html(ex, inductor=False, timings=False)
+    err = capsys.readouterr().err
+    assert err.index("timings=False skips timing and is fast") < err.index("fusionlab page")
+    assert "verify, graph, tables, sources." in err
+    assert all(f"{part}]" in err for part in ("verify", "graph", "tables", "sources"))  # the bar names each part
+    exploration_html(ex, inductor=False, timings=False, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_model_page_is_folded_by_module_and_small() -> None:
+    """The zoo's tiny GPT-2 (190 nodes): one folded graph plus each layer pre-drawn open, not every node twice."""
+    model, inputs = models.build("gpt2", size="tiny", train=False)
+    ex = fl.explore(model, **inputs)
+    page = exploration_html(ex, inductor=False, timings=False, progress=False)
+    assert len(page) < 500_000  # the full graph and the aten graph alone were 480 kB
+    assert "Graph, folded by module" in page and "the captured aten graph" not in page
+    views = re.findall(r"<template class='fl-module-view' data-module='([^']+)'>", page)
+    assert set(views) == {"transformer.wte", "transformer.wpe", "transformer.h.0", "transformer.h.1",
+                          "transformer.ln_f", "lm_head"}
+    island = json.loads(re.search(r"<script type='application/json' id='fl-data'>(.*?)</script>", page,
+                                  re.DOTALL).group(1))  # type: ignore[union-attr]
+    assert "module" in island["kinds"].values() and "cluster" in island["kinds"].values()
+    assert "plumbing nodes (views, masks, position ids) hidden" in page
+    assert "Time by module" in page and "ms (modelled on H200)" in page
+    assert not _external_references(page) and len(re.findall(r"<script\b", page)) == 2
