@@ -137,6 +137,9 @@ def test_views_are_fast_and_self_contained(gpt2: tuple, tmp_path) -> None:
     assert time.perf_counter() - start < 2.0
     tabs = widget.children[1]
     assert [tabs.get_title(i) for i in range(3)] == ["modules", "kernels", "graphs"]
+    assert widget.opened is None and "transformer.h.0.attn" in widget.static_html()
+    widget.buttons[0].click()  # the graph's Explorer is built on the click, not before
+    assert widget.opened == "graph 0 (inference)" and widget.output.outputs
     page = prof.to_html(tmp_path / "profile.html").read_text()
     assert "transformer.h.0.attn.c_attn" in page and "modelled on H200" in page and "<script" not in page
     assert "GPT2LMHeadModel" in prof.as_text()

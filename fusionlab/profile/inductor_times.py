@@ -28,6 +28,7 @@ from fusionlab.fusion.fuse import common_module
 from fusionlab.inductor.adapter import parse_program
 from fusionlab.inductor.records import InductorKernel
 from fusionlab.measure.timing import quiet_cuda_toolkit_lookup
+from fusionlab.profile.profiler import quiet_profile
 
 __all__ = ["InductorTimes", "inductor_times"]
 
@@ -109,15 +110,13 @@ def inductor_times(step: Callable[[], Any], explorations: Sequence[Any], *, roun
 
 
 def _profiled(step: Callable[[], Any], device: torch.device) -> list[Any]:
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with profile(activities=activities) as profiler:
-            step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+    with quiet_profile(activities) as profiler:
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     return list(profiler.events())
 
 

@@ -222,35 +222,16 @@ class ModelProfile:
         return target
 
     def show(self) -> Any:
-        """The profile as a widget: summary and time by module first; the tables and each graph's Explorer are
-        built when their tab is opened."""
-        import ipywidgets as widgets
+        """The profile as a widget (`fusionlab.profile.view.ProfileView`): summary and time by module first;
+        the tables in tabs; each graph's Explorer built when its button is clicked."""
+        from fusionlab.profile.view import ProfileView
 
         modules, kernels = self._tables_html()
         style = f"<style>{_STYLE}</style>"
-        graphs = widgets.VBox()
-        tabs = widgets.Tab(children=[widgets.HTML(f"<div class='fl-profile'>{style}{modules}</div>"),
-                                     widgets.HTML(f"<div class='fl-profile'>{style}{kernels}</div>"), graphs])
-        for index, title in enumerate(("modules", "kernels", "graphs")):
-            tabs.set_title(index, title)
-        buttons = []
-        output = widgets.Output()
-        for graph in self.graphs:
-            button = widgets.Button(description=f"open {graph.name}", layout=widgets.Layout(width="auto"),
-                                    tooltip=str(graph.verdict))
-            button.on_click(lambda _, g=graph: _open(output, g))
-            buttons.append(button)
-        graphs.children = [widgets.HBox(buttons), output]
-        return widgets.VBox([widgets.HTML(f"<div class='fl-profile'>{style}{self._summary_html()}"
-                                          f"{self._chart_html()}</div>"), tabs])
-
-
-def _open(output: Any, graph: GraphProfile) -> None:
-    from IPython.display import display
-
-    output.clear_output()
-    with output:
-        display(graph.exploration.show())
+        return ProfileView(self, summary=f"<div class='fl-profile'>{style}{self._summary_html()}"
+                                         f"{self._chart_html()}</div>",
+                           modules=f"<div class='fl-profile'>{style}<h4>modules</h4>{modules}</div>",
+                           kernels=f"<div class='fl-profile'>{style}<h4>kernels</h4>{kernels}</div>")
 
 
 def _short(value: float) -> str:

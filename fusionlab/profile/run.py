@@ -34,6 +34,7 @@ from fusionlab.profile.inductor_times import InductorTimes, inductor_times
 from fusionlab.profile.kernels import KernelRecord, kernel_records, modelled_timeline
 from fusionlab.profile.model_profile import ModelProfile
 from fusionlab.profile.modules import inclusive, module_rows
+from fusionlab.profile.profiler import quiet_profile
 from fusionlab.profile.records import GraphProfile, Spread, parse_break
 from fusionlab.profile.timeline import annotate_trace, modelled_trace
 from fusionlab.profile.verdict import verdict_of
@@ -237,12 +238,11 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
     """On CUDA: our kernels' µs per call, eager's host ms per module (median) and GPU ms per module and round
     (inclusive), and one step of eager and fusionlab traced."""
     from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
 
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     notes = []
     eager_step()
-    with torch_profile(activities=activities) as profiler:
+    with quiet_profile(activities) as profiler:
         for _ in range(rounds):
             our_step()
     measured = cuda.kernel_us_by_name(cuda.gpu_kernels(profiler.events()), rounds)
@@ -260,12 +260,12 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
     host_per_round: list[dict[str, float]] = []
     paths = [path for path, _ in model.named_modules()]
     for _ in range(rounds):  # one profile per round, so that each round is a sample of the spread
-        with ModuleClock(model, ranges=True), torch_profile(activities=activities) as profiler:
+        with ModuleClock(model, ranges=True), quiet_profile(activities) as profiler:
             eager_step()
         events = list(profiler.events())
         host_per_round.append(cuda.host_ms_by_module(events))
         eager_per_round.append(inclusive(cuda.module_gpu_ms(cuda.gpu_kernels(events)), paths))
-    with ModuleClock(model, ranges=True), torch_profile(activities=activities) as profiler:
+    with ModuleClock(model, ranges=True), quiet_profile(activities) as profiler:
         eager_step()
         our_step()
     with tempfile.TemporaryDirectory() as folder:
