@@ -134,3 +134,13 @@ def test_adamw_updates_its_states_in_place_like_eager() -> None:
     for name, want, got, before in zip(("param", "grad", "exp_avg", "exp_avg_sq"), eager, fused, inputs):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
         assert name == "grad" or not torch.equal(got, before), f"{name} was not updated"
+
+
+def test_column_mean_var_reads_its_matrix_once() -> None:
+    # var_mean's mean is the one its variance is centred on: one Welford kernel writes both (it was a second kernel
+    # reading the matrix again).
+    fn, inputs = workloads.get("column_mean_var").build("cpu", "cpu")
+    ex = fl.explore(fn, *inputs)
+    (kernel,) = ex.generated.kernels
+    assert "(Welford)" in kernel.source
+    assert ex.verify().ok

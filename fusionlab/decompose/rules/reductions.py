@@ -64,6 +64,11 @@ def _any(b: Builder, x: Ref, dim: Any = None, keepdim: bool = False) -> Ref:
 
 def _var(b: Builder, x: Ref, dim: Any = None, *, correction: Any = None, keepdim: bool = False,
          unbiased: Any = None) -> Ref:
+    return _variance_and_mean(b, x, dim, correction, keepdim)[0]
+
+
+def _variance_and_mean(b: Builder, x: Ref, dim: Any, correction: Any, keepdim: bool) -> tuple[Ref, Ref]:
+    """The variance and the mean it is centred on (reduced axes kept, size 1)."""
     correction = 1 if correction is None else correction
     dims = _dims(dim)
     x = float_operands(b, x)[0]
@@ -71,7 +76,7 @@ def _var(b: Builder, x: Ref, dim: Any = None, *, correction: Any = None, keepdim
     mean = b.reduce("mean", x, dims, True)
     centered = b.pointwise("sub", x, mean)
     squares = b.reduce("sum", b.pointwise("mul", centered, centered), dims, keepdim)
-    return b.pointwise("div", squares, max(count - correction, 0))
+    return b.pointwise("div", squares, max(count - correction, 0)), mean
 
 
 def _std(b: Builder, x: Ref, dim: Any = None, **kwargs: Any) -> Ref:
@@ -79,7 +84,11 @@ def _std(b: Builder, x: Ref, dim: Any = None, **kwargs: Any) -> Ref:
 
 
 def _var_mean(b: Builder, x: Ref, dim: Any = None, **kwargs: Any) -> tuple[Ref, Ref]:
-    return _var(b, x, dim, **kwargs), b.reduce("mean", x, _dims(dim), kwargs.get("keepdim", False))
+    # The mean returned is the one the variance is centred on (one reduction, not two: a looped kernel's Welford
+    # pass writes it, where a second mean read the input again in a kernel of its own).
+    keepdim = kwargs.get("keepdim", False)
+    variance, mean = _variance_and_mean(b, x, dim, kwargs.get("correction"), keepdim)
+    return variance, mean if keepdim else b.reshape(mean, b.type_of(variance).shape)
 
 
 def _logsumexp(b: Builder, x: Ref, dim: Any, keepdim: bool = False) -> Ref:
