@@ -106,7 +106,8 @@ class ProvenanceMode(TorchFunctionMode):
         module, frame = self._where()
         if module is not None:
             meta["nn_module_stack"] = {module: (module, "")}
-        self.module = module or ""
+        if module is not None or frame is not None:  # a call inside the traced function (not the tracer's own)
+            self.module = module or ""
         if frame is not None:
             meta["stack_trace"] = (f'  File "{frame.f_code.co_filename}", line {frame.f_lineno}, '
                                    f"in {frame.f_code.co_name}\n")
