@@ -233,3 +233,27 @@ def test_inductor_per_module() -> None:
     assert frame.loc["up", "inductor_ms"] > 0 and frame.loc["down", "inductor_ms"] > 0  # the addmm calls
     assert (frame["inductor_low_ms"] <= frame["inductor_ms"]).all()
     assert not any("not matched" in note for note in prof.notes)
+
+
+@pytest.mark.gpu
+def test_profile_on_cuda(tmp_path) -> None:
+    """On the GPU box: every figure from the CUDA profiler, our kernels annotated in the profiler's own trace."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here")
+    pytest.importorskip("transformers")
+    from fusionlab import models
+
+    model, inputs = models.build("gpt2", size="tiny", device="cuda")
+    prof = fl.profile(model, **inputs, rounds=3)
+    kernels = prof.kernels
+    generated = kernels[kernels["kind"] != "extern"]
+    assert (generated["timing"] == "measured (CUDA profiler)").all() and (generated["time_us"] > 0).all()
+    frame = prof.modules.set_index("module")
+    for path in ("", "transformer.h.0", "transformer.h.0.mlp"):
+        assert frame.loc[path, "eager_ms"] > 0 and frame.loc[path, "host_ms"] > 0 and frame.loc[path, "gpu_ms"] > 0
+        assert frame.loc[path, "inductor_ms"] > 0
+    assert not prof.graphs[0].verdict.modelled
+    trace = json.loads(prof.trace(tmp_path / "trace.json").read_text())
+    annotated = [e for e in trace["traceEvents"] if "group" in e.get("args", {})]
+    assert {e["name"] for e in annotated} >= set(generated["kernel"])
+    assert any(e.get("name", "").startswith("module: transformer.h.0") for e in trace["traceEvents"])

@@ -210,6 +210,8 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         inductor_unattributed=Spread.of(inductor_result.unattributed) if inductor_result else None,
         timing=(f"eager {eager_note}; fusionlab {fusionlab_timing}; Inductor "
                 + ("measured (CUDA profiler)" if on_cuda else "measured on the CPU (torch.profiler ranges)")
+                + " per kernel, each kernel counted at the module its aten nodes share (a kernel spanning modules "
+                  "counts at their common parent)"
                 + f"; {rounds} round{'s' * (rounds != 1)}, median (fastest-slowest)"),
         notes=tuple(notes), trace_events=trace, threads=threads if not on_cuda else None, rounds=rounds)
 
@@ -263,8 +265,11 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
         with ModuleClock(model, ranges=True), quiet_profile(activities) as profiler:
             eager_step()
         events = list(profiler.events())
+        kernels = cuda.gpu_kernels(events)
         host_per_round.append(cuda.host_ms_by_module(events))
-        eager_per_round.append(inclusive(cuda.module_gpu_ms(cuda.gpu_kernels(events)), paths))
+        eager_per_round.append(inclusive(cuda.module_gpu_ms(kernels), paths))
+        # the model's own row: every kernel of the step (a backward's kernels are launched outside the modules)
+        eager_per_round[-1][""] = sum(k.end - k.start for k in kernels) / 1e3
     with ModuleClock(model, ranges=True), quiet_profile(activities) as profiler:
         eager_step()
         our_step()
