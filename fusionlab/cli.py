@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="results", help="folder for the CSV and Markdown (default: results)")
     bench.add_argument("--repeat", type=int, default=20, help="timed runs on a CPU (default: 20)")
     bench.add_argument("--rounds", type=int, default=None,
-                       help="rounds in which eager, fusionlab and Inductor take turns (default: 5 on cuda, 1 on cpu)")
+                       help="rounds in which eager, fusionlab and Inductor take turns (default: 5)")
     bench.add_argument("--profile", default="H200", help="GPU profile for modelled times (default: H200)")
     bench.add_argument("--quiet", action="store_true", help="no progress bars")
     bench.add_argument("--list", action="store_true", help="list the workloads and exit")

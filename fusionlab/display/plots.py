@@ -2,8 +2,11 @@
 
 Rows are `fusionlab.measure.report.BenchRow`s (or anything with the same attributes), so a chart can be drawn
 from the rows received so far while a benchmark runs. Measured, modelled and recorded figures go in separate
-panels, each titled with what it is: a CPU's wall clock, a model of a GPU, or a GPU run shipped with fusionlab.
-Figures are `matplotlib.figure.Figure` objects (no pyplot state); `figure_png` / `figure_svg` serialise them.
+panels, each titled with what it is: a CPU's wall clock (with its thread count), a model of a GPU, or a GPU run
+shipped with fusionlab. A measured bar is the median of several rounds and carries a whisker from the fastest to
+the slowest round; when those differ by more than `NOISY_SPREAD` times the bar's label says "noisy" in red and the
+panel's title says to run again. Figures are `matplotlib.figure.Figure` objects (no pyplot state);
+`figure_png` / `figure_svg` serialise them.
 
     >>> figure = timing_figure(report.rows, report.recorded)
     >>> png = figure_png(figure)
@@ -18,23 +21,41 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-__all__ = ["CPU_NOTE", "Bar", "Panel", "figure_png", "figure_svg", "kernel_figure", "roofline_figure", "timing_figure",
-           "timing_panels"]
+from fusionlab.measure.timing import NOISY_SPREAD, threads_text
+
+__all__ = ["CPU_NOTE", "Bar", "Panel", "figure_png", "figure_svg", "kernel_figure", "noisy_note", "roofline_figure",
+           "timing_figure", "timing_panels"]
 
 CPU_NOTE = ("On a CPU, fusionlab's kernels run in Triton's interpreter, which is never timed: fusionlab's (and "
             "Inductor's GPU plan's) times are modelled on a GPU profile from the bytes moved and the launches, "
-            "and the recorded GPU measurements shipped with fusionlab are shown beside them. Eager and Inductor "
-            "are measured on this CPU by the wall clock.")
+            "and, for the named workloads of `fusionlab bench`, the GPU runs shipped with fusionlab are shown "
+            "beside them. Eager and Inductor "
+            "are measured on this CPU by the wall clock at a fixed thread count (1 unless benchmark(threads=N)), "
+            "each the median of several rounds, with a whisker from the fastest round to the slowest.")
 _COLOURS = {"eager": "#6b7280", "fusionlab": "#2563eb", "inductor": "#ea580c", "unfused": "#cbd5e1"}
 _ORDER = ("unfused", "eager", "inductor", "fusionlab")
 
 
 @dataclass(frozen=True)
 class Bar:
+    """One bar: a program's median time and, when it was timed in rounds, its fastest and slowest round."""
+
     label: str
     variant: str
     milliseconds: float
     note: str = ""
+    low_ms: float | None = None
+    high_ms: float | None = None
+
+    @property
+    def spread(self) -> float | None:
+        if self.low_ms is None or self.high_ms is None or self.low_ms <= 0:
+            return None
+        return self.high_ms / self.low_ms
+
+    @property
+    def noisy(self) -> bool:
+        return (self.spread or 1.0) > NOISY_SPREAD
 
 
 @dataclass(frozen=True)
@@ -62,17 +83,22 @@ def timing_panels(rows: Sequence[Any], recorded: Sequence[Mapping[str, Any]] = (
     """Program rows grouped into panels: "measured on cpu", "modelled on H200", "recorded on <gpu>"."""
     panels: dict[tuple[str, str], list[Bar]] = {}
     floors: dict[str, float] = {}
+    threads: dict[str, int] = {}
     for row in rows:
         if row.kernel or row.median_ms is None:
             continue
         if row.variant == "reference":
             floors[row.device] = row.median_ms
             continue
-        panels.setdefault((row.timing, row.device), []).append(Bar(row.variant, row.variant, row.median_ms))
+        low, high = getattr(row, "low_ms", None), getattr(row, "high_ms", None)
+        if getattr(row, "threads", None):
+            threads[row.device] = row.threads
+        panels.setdefault((row.timing, row.device), []).append(Bar(row.variant, row.variant, row.median_ms,
+                                                                   low_ms=low, high_ms=high))
     result = []
     for (timing, device), bars in sorted(panels.items(), key=lambda item: item[0][0] != "measured"):
         if timing == "measured":
-            title = f"measured on {device} (wall clock)" if device.startswith("cpu") else f"measured on {device}"
+            title = _measured_title(device, threads.get(device), bars)
         else:
             title = f"modelled on {device} (bytes and launches over its bandwidth; not a measurement)"
         ordered = tuple(sorted(bars, key=lambda b: _key(b.variant)))
@@ -88,6 +114,25 @@ def timing_panels(rows: Sequence[Any], recorded: Sequence[Mapping[str, Any]] = (
             shape = " ".join(str(record.get(k)) for k in ("dtype", "shape") if record.get(k))
             result.append(Panel(f"recorded on {where} {shape} (shipped with fusionlab)", tuple(bars)))
     return tuple(result)
+
+
+def _measured_title(device: str, threads: int | None, bars: Sequence[Bar]) -> str:
+    """'measured on cpu, 1 thread (wall clock; median of rounds, whiskers: fastest-slowest round)' + a warning."""
+    what = "wall clock" if device.startswith("cpu") else "CUDA events"
+    where = f"{device}, {threads_text(threads)}" if threads else device
+    rounds = "; median of rounds, whiskers: fastest-slowest round" if any(b.spread for b in bars) else ""
+    title = f"measured on {where} ({what}{rounds})"
+    note = noisy_note(bars)
+    return f"{title}\n{note}" if note else title
+
+
+def noisy_note(bars: Sequence[Any]) -> str:
+    """A warning naming the bars (or program rows) whose rounds differ by more than NOISY_SPREAD times; '' if none."""
+    noisy = [f"{getattr(bar, 'label', None) or bar.variant} {bar.spread:.2g}x" for bar in bars
+             if (getattr(bar, "spread", None) or 1.0) > NOISY_SPREAD]
+    if not noisy:
+        return ""
+    return f"NOISY: slowest round / fastest: {', '.join(noisy)}; the machine was busy: run again"
 
 
 def timing_figure(rows: Sequence[Any], recorded: Sequence[Mapping[str, Any]] = (), title: str = "",
@@ -108,14 +153,24 @@ def timing_figure(rows: Sequence[Any], recorded: Sequence[Mapping[str, Any]] = (
         modelled = panel.title.startswith("modelled")
         axes.barh(labels, values, color=[_COLOURS.get(b.variant, "#9ca3af") for b in panel.bars],
                   hatch="//" if modelled else None, edgecolor="white")
-        for position, value in enumerate(values):
-            axes.text(value, position, f" {value:.3g} ms", va="center", fontsize=8)
+        below = [b.milliseconds - b.low_ms if b.low_ms is not None and b.spread else 0.0 for b in panel.bars]
+        above = [b.high_ms - b.milliseconds if b.high_ms is not None and b.spread else 0.0 for b in panel.bars]
+        if any(below) or any(above):  # whiskers: the fastest and the slowest round around the median
+            axes.errorbar(values, range(len(values)), xerr=[below, above], fmt="none", ecolor="#111827",
+                          elinewidth=1, capsize=3)
+        for position, bar in enumerate(panel.bars):
+            end = max(bar.milliseconds, bar.high_ms or 0.0)
+            text = f" {bar.milliseconds:.3g} ms"
+            if bar.spread:
+                text += f" ({bar.low_ms:.2g}-{bar.high_ms:.2g})" + (" noisy" if bar.noisy else "")
+            axes.text(end, position, text, va="center", fontsize=8, color="#dc2626" if bar.noisy else "black")
         label = "ms (lower is better)"
         if panel.floor_ms:
             axes.axvline(panel.floor_ms, color="#16a34a", linestyle="--", linewidth=1)
             label += f"; green line: the least possible here, {panel.floor_ms:.2g} ms (inputs + outputs once)"
-        axes.set_xlim(0, max(values + [panel.floor_ms or 0]) * 1.35)
-        axes.set_title(panel.title, fontsize=9, loc="left")
+        highest = [max(b.milliseconds, b.high_ms or 0.0) for b in panel.bars]
+        axes.set_xlim(0, max(highest + [panel.floor_ms or 0]) * 1.45)
+        axes.set_title(panel.title, fontsize=9, loc="left", color="#dc2626" if "NOISY" in panel.title else "black")
         axes.tick_params(labelsize=8)
         axes.set_xlabel(label, fontsize=8)
     if title:
@@ -140,13 +195,16 @@ def kernel_figure(rows: Sequence[Any], top: int = 12, width: float = 7.5) -> Fig
     heights = [min(top, len(v)) + 1 for v in panels.values()]
     grid = figure.subplots(len(panels), 1, squeeze=False, height_ratios=heights)
     for axes, ((variant, timing, device), kernels) in zip(grid[:, 0], panels.items()):
+        count = len(kernels)
         kernels = sorted(kernels, key=lambda item: item[1], reverse=True)[:top]
+        shown = f"{len(kernels)} of {count} kernels shown (the slowest)" if len(kernels) < count else \
+            f"all {count} kernels"
         names = [name if len(name) <= 42 else name[:40] + "..." for name, _ in kernels][::-1]
         values = [value for _, value in kernels][::-1]
         axes.barh(names, values, color=_COLOURS.get(variant, "#9ca3af"), hatch="//" if timing == "modelled" else None,
                   edgecolor="white")
         total = sum(v for _, v in kernels)
-        axes.set_title(f"{variant}: {timing} on {device}, per kernel ({total:.3g} ms in these)", fontsize=9,
+        axes.set_title(f"{variant}: {timing} on {device}, per kernel: {shown}, {total:.3g} ms in these", fontsize=9,
                        loc="left")
         axes.tick_params(labelsize=7)
         axes.set_xlabel("ms", fontsize=8)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fusionlab.measure.devices import DeviceProfile
+from fusionlab.measure.timing import NOISY_SPREAD, threads_text
 
 __all__ = ["BenchReport", "BenchRow", "RECORDED_RESULTS", "recorded_results"]
 
@@ -33,6 +34,8 @@ class BenchRow:
     variant moves by its own count: fusionlab's plan, Inductor's kernel_num_gb, the minimal input + output
     bytes for the `reference` row. `pct_of_roofline` (programs only) is the minimal bytes (memory-bound) or
     the FLOPs (compute-bound) over the time, against the copy bandwidth or the bf16 peak.
+    A measured program row also has `low_ms` and `high_ms` (its fastest and slowest round: `median_ms` is the
+    median of the rounds) and, on a CPU, the `threads` it ran with.
     Example: `BenchRow("eager", "", 0.21, 3, None, None, None, "measured", "cuda")`.
     """
 
@@ -47,6 +50,16 @@ class BenchRow:
     device: str
     flops: int | None = None
     pct_of_roofline: float | None = None
+    low_ms: float | None = None
+    high_ms: float | None = None
+    threads: int | None = None
+
+    @property
+    def spread(self) -> float | None:
+        """The slowest round over the fastest (None when the row was not timed in rounds)."""
+        if self.low_ms is None or self.high_ms is None or self.low_ms <= 0:
+            return None
+        return self.high_ms / self.low_ms
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,12 @@ class BenchReport:
     inductor_compile_s: float | None = None
     recorded: tuple[dict[str, str], ...] = ()
     round_ms: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    threads: int | None = None  # the CPU thread count eager and Inductor were compiled and timed with
+
+    def noisy(self) -> tuple[str, ...]:
+        """The measured variants whose rounds differ by more than NOISY_SPREAD times (a busy machine)."""
+        return tuple(variant for variant, rounds in self.round_ms.items()
+                     if rounds and min(rounds) > 0 and max(rounds) / min(rounds) > NOISY_SPREAD)
 
     def speedups(self, variant: str = "fusionlab", over: str = "inductor") -> tuple[float, ...]:
         """`over`'s time divided by `variant`'s, round by round (both timed in the same rounds); empty when either
@@ -125,11 +144,15 @@ class BenchReport:
 
     def __repr__(self) -> str:
         parts = [
-            f"{r.variant} {r.median_ms:.4g} ms ({r.timing})"
+            f"{r.variant} {r.median_ms:.4g} ms ({r.timing}"
+            + (f", {r.low_ms:.3g}-{r.high_ms:.3g}" if r.low_ms is not None and r.high_ms is not None else "")
+            + ")"
             for r in self.program_rows()
             if r.median_ms is not None and r.variant != "reference"
         ]
-        return f"BenchReport({self.workload} on {self.device}: {', '.join(parts)})"
+        where = f"{self.device}, {threads_text(self.threads)}" if self.threads else self.device
+        noisy = f"; noisy rounds: {', '.join(self.noisy())}" if self.noisy() else ""
+        return f"BenchReport({self.workload} on {where}: {', '.join(parts)}{noisy})"
 
     def _repr_html_(self) -> str:
         escape = html.escape

@@ -1,14 +1,23 @@
 """Measuring tools for `fusionlab.measure.bench`: timers, launch counters, FLOP counts, fresh inputs, tolerances.
 
 On CUDA, times are CUDA-event medians (`triton.testing.do_bench`) and launches come from the profiler.
-On a CPU, times are wall-clock medians and eager "launches" are the aten operator calls that do work.
+On a CPU, times are wall-clock medians taken at a fixed thread count (`CPU_TIMING_THREADS`, set for the
+measurement and restored after), over several rounds whose spread is kept (`Timing`); eager "launches" are the
+aten operator calls that do work.
 
-    >>> median_wall_ms(lambda: torch.randn(256, 256).sum(), repeat=5) > 0
-    True
+Why one thread: at the sizes a notebook uses, an op takes microseconds and a second thread saves little, but each
+parallel op ends at an OpenMP barrier that waits for every thread; when another process or thread holds a core,
+that wait is a scheduler time slice. On a busy 2-core machine the same 64x128 layer norm + matmul + GELU took
+15.9 ms with 2 threads and 0.30 ms with 1; a teacher saw 0.07 ms and 24 ms a minute apart.
+
+    >>> timing = time_cpu(lambda: torch.randn(256, 256).sum(), rounds=3, repeat=5)
+    >>> timing.threads, len(timing.round_ms), timing.low_ms <= timing.median_ms <= timing.high_ms
+    (1, 3, True)
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
@@ -16,7 +25,8 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,18 +37,28 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from fusionlab.compare import TOLERANCES
 
 __all__ = [
+    "CPU_TIMING_THREADS",
+    "NOISY_SPREAD",
+    "Timing",
     "assert_outputs_close",
+    "check_threads",
     "count_flops",
     "count_launches",
     "cuda_kernel_ms",
     "device_of",
+    "fixed_threads",
     "fresh_inputs",
     "median_cuda_ms",
     "median_wall_ms",
     "node_flops",
     "quiet_cuda_toolkit_lookup",
+    "threads_text",
+    "time_cpu",
     "tolerance",
 ]
+
+CPU_TIMING_THREADS = 1  # the thread count every CPU timing uses unless told otherwise (see the module's docstring)
+NOISY_SPREAD = 2.0  # a timing whose slowest round took over this many times its fastest is flagged as noisy
 
 
 @functools.cache
@@ -74,18 +94,109 @@ def device_of(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> torch.device:
     return torch.device("cpu")
 
 
-def median_wall_ms(run: Callable[[], Any], *, repeat: int = 20, warmup: int = 3) -> float:
-    """Median wall-clock milliseconds of `run()` over `repeat` runs, after `warmup` untimed ones."""
+def median_wall_ms(run: Callable[[], Any], *, repeat: int = 20, warmup: int = 3, warmup_s: float = 0.0) -> float:
+    """Median wall-clock milliseconds of `run()` over `repeat` runs, after `warmup` untimed ones (and more, up to
+    100, until `warmup_s` seconds have passed: a sub-millisecond call needs more than three to settle)."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
-    for _ in range(warmup):
+    start, runs = time.perf_counter(), 0
+    while runs < warmup or (runs < 100 and time.perf_counter() - start < warmup_s):
         run()
+        runs += 1
     seconds = []
     for _ in range(repeat):
         start = time.perf_counter()
         run()
         seconds.append(time.perf_counter() - start)
     return statistics.median(seconds) * 1e3
+
+
+def check_threads(threads: Any) -> int:
+    """`threads` if it is a thread count (a whole number, at least 1); else a ValueError saying what to pass."""
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be a whole number of at least 1, got {threads!r}: pass threads=1 to time "
+                         "on one core (the default), or the number of cores this process may use")
+    return threads
+
+
+@contextlib.contextmanager
+def fixed_threads(threads: int) -> Iterator[int]:
+    """Run the block with torch's intra-op thread count set to `threads`; the previous count is restored after.
+
+    Inductor's C++ kernels take the thread count in force when they are compiled: compile them inside the block too.
+    """
+    check_threads(threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One program's time over several rounds: the median of the rounds' medians, and the rounds themselves.
+
+    `threads` is the CPU thread count it ran with (None on CUDA); `clock` says what measured it.
+    Example: `Timing.of([0.21, 0.20, 0.25], threads=1)` -> `Timing(0.21 ms (0.2-0.25 ms over 3 rounds, 1 thread))`.
+    """
+
+    median_ms: float
+    round_ms: tuple[float, ...]
+    threads: int | None = None
+    clock: str = "wall clock"
+
+    @classmethod
+    def of(cls, round_ms: Sequence[float], threads: int | None = None, clock: str = "wall clock") -> Timing:
+        if not round_ms:
+            raise ValueError("a Timing needs at least one round's time: got none")
+        return cls(statistics.median(round_ms), tuple(float(value) for value in round_ms), threads, clock)
+
+    @property
+    def low_ms(self) -> float:
+        return min(self.round_ms)
+
+    @property
+    def high_ms(self) -> float:
+        return max(self.round_ms)
+
+    @property
+    def spread(self) -> float:
+        """The slowest round over the fastest (1.0: all rounds alike)."""
+        return self.high_ms / self.low_ms if self.low_ms > 0 else float("inf")
+
+    @property
+    def noisy(self) -> bool:
+        """True when the rounds differ by more than `NOISY_SPREAD` times: the machine was busy, run again."""
+        return self.spread > NOISY_SPREAD
+
+    def as_text(self) -> str:
+        where = f", {threads_text(self.threads)}" if self.threads else ""
+        text = f"{self.median_ms:.4g} ms ({self.low_ms:.4g}-{self.high_ms:.4g} ms over {len(self.round_ms)} rounds" \
+               f"{where})"
+        return text + (f"; noisy: rounds differ {self.spread:.3g}x" if self.noisy else "")
+
+    def __repr__(self) -> str:
+        return f"Timing({self.as_text()})"
+
+
+def threads_text(threads: int | None) -> str:
+    """'1 thread', '4 threads'; '' when unknown (CUDA)."""
+    if not threads:
+        return ""
+    return f"{threads} thread" + ("" if threads == 1 else "s")
+
+
+def time_cpu(run: Callable[[], Any], *, rounds: int = 5, repeat: int = 20, warmup: int = 3,
+             threads: int = CPU_TIMING_THREADS) -> Timing:
+    """Wall-clock `Timing` of `run()` at `threads` threads: `rounds` rounds, each the median of `repeat` runs."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    with fixed_threads(threads) as used:
+        round_ms = [median_wall_ms(run, repeat=repeat, warmup=warmup if turn == 0 else 1, warmup_s=0.02 if turn == 0
+                                   else 0.0) for turn in range(rounds)]
+    return Timing.of(round_ms, threads=used)
 
 
 def median_cuda_ms(run: Callable[[], Any]) -> float:

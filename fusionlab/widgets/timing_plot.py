@@ -20,7 +20,7 @@ import ipywidgets
 import traitlets
 
 from fusionlab.display import style
-from fusionlab.display.plots import CPU_NOTE, figure_png, kernel_figure, roofline_figure, timing_figure
+from fusionlab.display.plots import CPU_NOTE, figure_png, kernel_figure, noisy_note, roofline_figure, timing_figure
 from fusionlab.display.tables import frame_table
 from fusionlab.widgets.base import StaticFallback
 
@@ -131,6 +131,9 @@ class TimingPlot(StaticFallback, ipywidgets.VBox):
         on_cpu = any(getattr(r, "timing", "") == "modelled" for r in self.rows) and not any(
             getattr(r, "device", "").startswith("cuda") for r in self.rows)
         self.note.value = f"<div style='{style.NOTE_STYLE}'>{html.escape(CPU_NOTE)}</div>" if on_cpu else ""
+        noisy = noisy_note([r for r in self.rows if not r.kernel and getattr(r, "timing", "") == "measured"])
+        if noisy:  # a busy machine: say so above the chart, not only in its title
+            self.note.value += f"<div style='{style.WARNING_STYLE}'>{html.escape(noisy)}</div>"
         if self.report is not None:
             self.status.value = f"<span style='{style.NOTE_STYLE}'>{html.escape(repr(self.report))}</span>"
         elif self.rows:
@@ -152,6 +155,6 @@ class TimingPlot(StaticFallback, ipywidgets.VBox):
 
 
 def _row_dict(row: Any) -> dict[str, Any]:
-    fields = ("variant", "kernel", "median_ms", "launches", "bytes", "achieved_gbps", "pct_of_copy_bw", "timing",
-              "device")
+    fields = ("variant", "kernel", "median_ms", "low_ms", "high_ms", "launches", "bytes", "achieved_gbps",
+              "pct_of_copy_bw", "timing", "device", "threads")
     return {name: getattr(row, name, None) for name in fields}
