@@ -13,6 +13,7 @@ kernels, generated on the CPU) and the unfused plan (fusionlab with policy "none
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import statistics
@@ -29,11 +30,14 @@ from fusionlab.inductor import InductorView, compile_inductor, inductor_view
 from fusionlab.measure.devices import DeviceProfile, get_profile, measure_copy_bandwidth, model_time
 from fusionlab.measure.report import BenchReport, BenchRow, recorded_results
 from fusionlab.measure.timing import (
+    CPU_TIMING_THREADS,
     assert_outputs_close,
+    check_threads,
     count_flops,
     count_launches,
     cuda_kernel_ms,
     device_of,
+    fixed_threads,
     fresh_inputs,
     median_cuda_ms,
     median_wall_ms,
@@ -58,19 +62,25 @@ def benchmark(
     repeat: int = 20,
     workload: str | None = None,
     rounds: int | None = None,
+    threads: int | None = None,
 ) -> BenchReport:
     """Time (or model) eager, fusionlab and Inductor on the exploration's function; rows stream to `callback`.
 
     `device` must be where the exploration's inputs live (it defaults to that). `profile` is the GPU the
     model uses (H200, H100, A100, L4 or a DeviceProfile). `repeat` is the number of timed runs on a CPU.
-    The measured programs are timed in `rounds` rounds (default: 5 on CUDA, 1 on a CPU), one after another in
-    each round and in a rotated order, so that a slow spell of the machine falls on all of them; a program's
-    time is the median of its rounds' medians, and every round's figure is kept in `BenchReport.round_ms`.
+    The measured programs are timed in `rounds` rounds (default 5), one after another in each round and in a
+    rotated order, so that a slow spell of the machine falls on all of them; a program's time is the median of its
+    rounds' medians, its fastest and slowest rounds are its row's `low_ms` and `high_ms`, and every round's figure
+    is kept in `BenchReport.round_ms`. On a CPU, Inductor is compiled and everything is timed at `threads` threads
+    (default `CPU_TIMING_THREADS`, 1), restored after; the report and its rows say how many.
     """
     if rounds is not None and rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     fn, inputs = exploration.fn, tuple(exploration.example_inputs)
     where = device_of(fn, inputs)
+    # On a CPU one fixed thread count covers Inductor's compile (its C++ kernels keep the count in force when they
+    # are compiled) and every timing; it is checked here, before any work.
+    threads = None if where.type == "cuda" else check_threads(CPU_TIMING_THREADS if threads is None else threads)
     if device is not None and torch.device(device).type != where.type:
         raise ValueError(
             f"benchmark runs where the exploration's inputs are ({where}), but device={device!r} was given: "
@@ -112,7 +122,7 @@ def benchmark(
         flops = count_flops(fn, fresh)
         bound = known.bound if known is not None else ("compute" if flops > 0 else "memory")
         bandwidth = measure_copy_bandwidth(where)
-        shared = _Shared(where, bandwidth, model, minimal, flops, bound)
+        shared = _Shared(where, bandwidth, model, minimal, flops, bound, threads)
         emit(shared.row("reference", "", minimal / bandwidth * 1e3, None, minimal, "modelled", str(where)))
 
         step("eager")
@@ -135,8 +145,10 @@ def benchmark(
             fused_kernels, fused_launches = cuda_kernel_ms(run_fused)
 
         step("inductor")
-        compiled, inductor_compile = compile_inductor(fn, inputs)
+        # The view first: it resets Dynamo, which would send the compiled function back to Dynamo on its next call.
         view = inductor_view(fn, inputs, captured_node_names=exploration.captured.aten_nodes)
+        with _pinned(threads):
+            compiled, inductor_compile = compile_inductor(fn, inputs)
 
         def run_inductor() -> Any:
             with torch.no_grad():
@@ -146,17 +158,20 @@ def benchmark(
         runs = {"eager": run_eager, "inductor": run_inductor}
         if where.type == "cuda":
             runs["fusionlab"] = run_fused
-        rounds = rounds if rounds is not None else (5 if where.type == "cuda" else 1)
-        round_ms = _interleaved(runs, where, repeat, rounds)
+        rounds = rounds if rounds is not None else 5
+        with _pinned(threads):
+            round_ms = _interleaved(runs, where, repeat, rounds)
         median = {variant: statistics.median(times) for variant, times in round_ms.items()}
 
-        emit(shared.program("eager", median["eager"], eager_launches, None, "measured"))
+        emit(shared.program("eager", median["eager"], eager_launches, None, "measured", round_ms["eager"]))
         if where.type == "cuda":
-            emit(shared.program("fusionlab", median["fusionlab"], fused_launches, fused_bytes, "measured"))
+            emit(shared.program("fusionlab", median["fusionlab"], fused_launches, fused_bytes, "measured",
+                                round_ms["fusionlab"]))
             _emit_kernels(emit, shared, "fusionlab", fused_kernels, _fusionlab_kernel_bytes(exploration))
         for row in _modelled_plan(shared, "fusionlab", exploration, groups):
             emit(row)
-        emit(shared.program("inductor", median["inductor"], view.launches, _view_bytes(view), "measured"))
+        emit(shared.program("inductor", median["inductor"], view.launches, _view_bytes(view), "measured",
+                            round_ms["inductor"]))
         if where.type == "cuda":
             per_kernel, _ = cuda_kernel_ms(run_inductor)
             kernel_bytes = {k.name: k.bytes_moved for k in view.kernels if k.bytes_moved is not None}
@@ -187,6 +202,7 @@ def benchmark(
         inductor_compile_s=inductor_compile,
         recorded=recorded_results(name),
         round_ms=round_ms,
+        threads=threads,
     )
 
 
@@ -209,10 +225,11 @@ class _Shared:
     """What every row of one benchmark is computed against."""
 
     def __init__(
-        self, device: torch.device, bandwidth: float, profile: DeviceProfile, minimal: int, flops: int, bound: str
+        self, device: torch.device, bandwidth: float, profile: DeviceProfile, minimal: int, flops: int, bound: str,
+        threads: int | None = None,
     ) -> None:
         self.device, self.bandwidth, self.profile = device, bandwidth, profile
-        self.minimal, self.flops, self.bound = minimal, flops, bound
+        self.minimal, self.flops, self.bound, self.threads = minimal, flops, bound, threads
 
     def row(
         self,
@@ -241,8 +258,12 @@ class _Shared:
             variant, kernel, milliseconds, launches, moved, achieved, percent, timing, device, flops, roofline
         )
 
-    def program(self, variant: str, ms: float, launches: int | None, moved: int | None, timing: str) -> BenchRow:
-        return self.row(variant, "", ms, launches, moved, timing, str(self.device), self.flops or None)
+    def program(self, variant: str, ms: float, launches: int | None, moved: int | None, timing: str,
+                rounds: tuple[float, ...] = ()) -> BenchRow:
+        row = self.row(variant, "", ms, launches, moved, timing, str(self.device), self.flops or None)
+        if not rounds:
+            return row
+        return dataclasses.replace(row, low_ms=min(rounds), high_ms=max(rounds), threads=self.threads)
 
     def modelled_program(self, variant: str, moved: int, launches: int) -> BenchRow:
         seconds = model_time(moved, launches, self.flops, self.profile)
@@ -312,7 +333,7 @@ def _view_bytes(view: InductorView) -> int | None:
 
 
 def _time(run: Callable[[], Any], device: torch.device, repeat: int) -> float:
-    return median_cuda_ms(run) if device.type == "cuda" else median_wall_ms(run, repeat=repeat)
+    return median_cuda_ms(run) if device.type == "cuda" else median_wall_ms(run, repeat=repeat, warmup_s=0.02)
 
 
 def _interleaved(
@@ -327,6 +348,11 @@ def _interleaved(
         for name in names[shift:] + names[:shift]:
             times[name].append(_time(runs[name], device, repeat))
     return {name: tuple(values) for name, values in times.items()}
+
+
+def _pinned(threads: int | None) -> contextlib.AbstractContextManager[Any]:
+    """The CPU's fixed thread count for a block (nothing on CUDA, where `threads` is None)."""
+    return contextlib.nullcontext() if threads is None else fixed_threads(threads)
 
 
 def _synchronize(device: torch.device) -> None:
