@@ -176,3 +176,24 @@ def test_module_graph_front_end_sends_clicks_zooms_pans_and_searches(tmp_path: P
         assert page.evaluate("window.state.hide_plumbing") is False
         page.locator(".fl-mg-reset").click()
         assert page.evaluate("window.sent")[-1] == {"event": "reset"}
+
+
+def test_profile_page_a_click_opens_a_layer_and_the_chart_reads_its_time(tmp_path: Path) -> None:
+    """`fl.profile(...).to_html(path)` of the zoo's tiny GPT-2: the graph folded by module opens layer h.0 on a click,
+    and the icicle reads the layer's measured eager time."""
+    require_browser()
+    model, inputs = models.build("gpt2", size="tiny", train=False)
+    path = fl.profile(model, **inputs, inductor=False, rounds=2).to_html(tmp_path / "profile.html")
+    with chromium_page("browser_profile_page_failure.png") as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(path.as_uri())
+        graph = page.locator("#fl-graph")
+        graph.locator("g.node", has_text="h.0").first.click()
+        assert page.locator("#fl-module-status").inner_text() == "opened transformer.h.0; click its label to fold it"
+        assert graph.locator("g.node", has_text="h.0.mlp").count() == 1
+        time_text = page.locator(".fl-icicle-cell[data-module='transformer.h.0'] title").first.text_content() or ""
+        match = re.fullmatch(r"transformer\.h\.0: ([0-9.e-]+) ms \(eager.*\)", time_text)
+        assert match is not None and float(match.group(1)) > 0, time_text
+        page.screenshot(path=str(ARTIFACTS / "browser_profile_page.png"), full_page=True)
+        assert not errors

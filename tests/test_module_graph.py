@@ -172,6 +172,21 @@ def test_default_view_of_a_model_without_numbered_layers() -> None:
 
     small = module_tree(fl.explore(Net(), torch.randn(2, 16)))
     assert small.default_expanded() >= {"", "first"}  # the largest modules open until a handful are drawn
+
+    class Stack(nn.Module):  # numbered blocks whose own insides are numbered too (a ResNet stage's layers)
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(2))
+            self.head = nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:
+                x = x + block(x)
+            return self.head(x)
+
+    stack = module_tree(fl.explore(Stack(), torch.randn(2, 16)))
+    assert stack.default_expanded() == {"", "blocks"}
+    assert boxes(draw_modules(stack)) == {"blocks.0", "blocks.1", "head"}
     assert short_name("encoder.layers.3.attn") == "layers.3.attn" and short_name("") == "(model)"
     assert size_text(1_234_567) == "1.2 MB" and size_text(12) == "12 B"
 

@@ -143,12 +143,15 @@ class ModuleTree:
         return (ROOT, *(".".join(parts[:i]) for i in range(1, len(parts))))
 
     def default_expanded(self, limit: int = 24) -> frozenset[str]:
-        """The first view: open the root and the containers of numbered children (h -> h.0 ... h.N) and their
-        parents, shallowest first, while at most `limit` boxes are drawn; a model with no numbered children opens
-        its largest modules until about eight are drawn."""
+        """The first view: open the root and the containers of numbered children (h -> h.0 ... h.N) that hold at
+        least a quarter of the nodes and sit in no numbered item themselves (a layer's own Sequential stays shut),
+        with their parents, shallowest first, while at most `limit` boxes are drawn; a model with no such container
+        opens its largest modules until about eight are drawn."""
         wanted: set[str] = set()
         for info in self.modules:
-            if any(child.rsplit(".", 1)[-1].isdigit() for child in info.children):
+            inside_item = any(part.isdigit() for part in info.path.split("."))
+            numbered = any(child.rsplit(".", 1)[-1].isdigit() for child in info.children)
+            if numbered and not inside_item and 4 * len(info.nodes) >= len(self.root.nodes):
                 wanted.update(self.ancestors(info.path), {info.path})
         expanded = {ROOT}
         for path in sorted(wanted - {ROOT}, key=lambda p: (p.count("."), p)):
