@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from fusionlab.display.graph import draw_graph
+from fusionlab.display.graph import draw_graph, resolve_stage
 from fusionlab.display.links import inductor_kernels_of, kernel_body, kernel_of_group, wrapper_sections
 from fusionlab.display.modules import (
     MODULE_VIEW_NODES,
@@ -52,7 +52,7 @@ from fusionlab.display.tables import (
 from fusionlab.explore import Exploration, explore
 from fusionlab.measure import workloads
 
-__all__ = ["MODULE_VIEW_NODES", "exploration_html", "load_target", "main", "module_graph_section"]
+__all__ = ["MODULE_VIEW_NODES", "exploration_html", "load_target", "main", "module_graph_html", "module_graph_section"]
 
 _PAGE_STYLE = """
 body { font-family: Helvetica, Arial, sans-serif; margin: 24px auto; max-width: 1280px; color: #111827; }
@@ -66,6 +66,10 @@ h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; border-bottom: 1
 #fl-graph g.fl-selected ellipse { stroke: #f59e0b; stroke-width: 3px; }
 button { font-size: 12px; }
 """
+
+_MODULE_STYLE = ("#fl-graph g.node, #fl-graph g.cluster { cursor: pointer; } "
+                 "#fl-graph.fl-modules svg { max-width: 100%; height: auto; } "
+                 ".fl-note { font-size: 12px; color: #4b5563; }")
 
 # Reads the JSON island (ids -> names, names -> groups), filters the source sections on a click. On a graph folded
 # by module, a click on a folded module swaps in its pre-drawn open view (a <template>), a click on an open module's
@@ -84,6 +88,7 @@ _PAGE_SCRIPT = """
       found = found || match;
       section.classList.toggle("fl-hidden", group !== null && !match);
     });
+    if (!status) { return; }
     status.textContent = group === null ? "showing every group"
       : found ? "showing group " + group : "group " + group + " is a view: no kernel of its own";
   }
@@ -117,7 +122,8 @@ _PAGE_SCRIPT = """
     var group = name === undefined ? undefined : data.groups[name];
     if (group !== undefined) { show(group); }
   });
-  document.getElementById("fl-show-all").addEventListener("click", function () { show(null); });
+  var showAll = document.getElementById("fl-show-all");
+  if (showAll) { showAll.addEventListener("click", function () { show(null); }); }
 })();
 """
 
@@ -240,6 +246,20 @@ def _graph_part(fused: Any) -> tuple[str, dict[str, str], dict[str, str]]:
         "back. Grey 3-D boxes are extern ops (eager PyTorch / cuBLAS); dashed boxes are views. Hover for "
         "shapes and dtypes; click a node or a group to show only its sources below."), "graph")
     return body + f"<details><summary>the captured aten graph</summary>{aten}</details>", drawing.names, {}
+
+
+def module_graph_html(stage: Any) -> str:
+    """The graph of `stage` (an Exploration, or its Fused stage) folded by module, as a part of any page: its own
+    data island and click script (a click opens a module in place, a click on its label folds it) and the modelled
+    time by module. One per page: its elements have fixed ids (`ModelProfile.to_html` can put it under its tables).
+    """
+    _, _, fused = resolve_stage(stage)
+    if fused is None:
+        raise ValueError("module_graph_html needs the fusion groups: give ex or ex.fused")
+    section, names, kinds = module_graph_section(module_tree(fused), fused)
+    island = _json_island({"names": names, "kinds": kinds, "groups": {}})
+    return (f"<style>{_MODULE_STYLE}</style>{section}<script type='application/json' id='fl-data'>{island}</script>"
+            f"<script>{_PAGE_SCRIPT}</script>")
 
 
 def module_graph_section(tree: Any, fused: Any = None) -> tuple[str, dict[str, str], dict[str, str]]:

@@ -12,7 +12,7 @@ from torch import nn
 
 import fusionlab as fl
 from fusionlab import cli, models
-from fusionlab.report import exploration_html, load_target
+from fusionlab.report import exploration_html, load_target, module_graph_html
 
 
 class Scripted(nn.Module):
@@ -139,3 +139,5 @@ def test_a_model_page_is_folded_by_module_and_small() -> None:
     assert "plumbing nodes (views, masks, position ids) hidden" in page
     assert "Time by module" in page and "ms (modelled on H200)" in page
     assert not _external_references(page) and len(re.findall(r"<script\b", page)) == 2
+    part = module_graph_html(ex)  # the same view as a part of another page (ModelProfile.to_html)
+    assert part.count("<template class='fl-module-view'") == 6 and "id='fl-data'" in part and "<body" not in part

@@ -209,9 +209,14 @@ class ModelProfile:
     def to_html(self, path: str | Path) -> Path:
         """Write a self-contained page (no kernel, no network needed): summary, time by module, the module and
         kernel tables, each graph's break and verdict."""
+        from fusionlab.report import module_graph_html  # the page's graph, folded by module: a click opens a layer
+
         target = Path(path)
+        largest = max(self.graphs, key=lambda g: len(g.exploration.decomposed.graph.nodes), default=None)
+        graph = "" if largest is None else f"<h4>{html.escape(largest.name)}, folded by module</h4>" + \
+            module_graph_html(largest.exploration)
         page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.model_name)} profile"
-                f"</title></head><body>{self._repr_html_()}</body></html>")
+                f"</title></head><body>{self._repr_html_()}{graph}</body></html>")
         target.write_text(page, encoding="utf-8")
         return target
 
