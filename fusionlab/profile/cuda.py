@@ -17,7 +17,7 @@ from typing import Any
 
 from fusionlab.profile.eager import RANGE_PREFIX
 
-__all__ = ["GpuKernel", "gpu_kernels", "host_ms_by_module", "kernel_us_by_name", "module_gpu_ms"]
+__all__ = ["GpuKernel", "gpu_kernels", "host_ms_by_module", "kernel_us_by_name", "launch_times", "module_gpu_ms"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class GpuKernel:
     start: float
     end: float
     module: str | None  # None: launched outside every module range
+    launchers: tuple[str, ...] = ()  # the host events around its launch, innermost first ("aten::addmm", ...)
 
 
 def gpu_kernels(events: Iterable[Any]) -> list[GpuKernel]:
@@ -42,11 +43,13 @@ def gpu_kernels(events: Iterable[Any]) -> list[GpuKernel]:
             continue
         launcher = host.get(getattr(event, "linked_correlation_id", 0))
         module = None
-        while launcher is not None and module is None:
-            if launcher.name.startswith(RANGE_PREFIX):
+        launchers = []
+        while launcher is not None:
+            if module is None and launcher.name.startswith(RANGE_PREFIX):
                 module = launcher.name[len(RANGE_PREFIX):]
+            launchers.append(launcher.name)
             launcher = launcher.cpu_parent
-        kernels.append(GpuKernel(event.name, event.time_range.start, event.time_range.end, module))
+        kernels.append(GpuKernel(event.name, event.time_range.start, event.time_range.end, module, tuple(launchers)))
     return sorted(kernels, key=lambda k: k.start)
 
 
@@ -74,3 +77,44 @@ def kernel_us_by_name(kernels: Sequence[GpuKernel], calls: int) -> dict[str, flo
     for kernel in kernels:
         totals[kernel.name] += kernel.end - kernel.start
     return {name: total / calls for name, total in totals.items()}
+
+
+def _calls_op(launch: str, kernel: GpuKernel) -> bool:
+    """Whether an extern launch ("extern_2_aten_addmm_default") is the aten op one of the kernel's host events is."""
+    ops = {name.removeprefix("aten::") for name in kernel.launchers if name.startswith("aten::")}
+    return any(f"_aten_{op}_" in launch + "_" or launch.endswith(f"_aten_{op}") for op in ops)
+
+
+def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKernel], calls: int
+                 ) -> tuple[dict[int, float], float]:
+    """µs per call of each launch of `program` ((name, is extern) in launch order, every graph of a step in the
+    order they run), read from the GPU kernels of `calls` steps run back to back, and the µs per call left over.
+
+    A generated kernel is found by its name, the next one of that name in the program; a kernel of another name
+    (cuBLAS's, flash attention's) belongs to the extern launch at that point of the program whose aten op is one of
+    its host events (an extern may launch several kernels). What matches nothing is left over, not guessed."""
+    times: dict[int, float] = collections.defaultdict(float)
+    left = 0.0
+    size = len(program)
+    generated = {name for name, extern in program if not extern}
+    position = 0  # the program's launch the stream has reached (cyclic: the steps run back to back)
+    for kernel in kernels:
+        found = None
+        for offset in range(size):
+            index = (position + offset) % size
+            name, extern = program[index]
+            if kernel.name in generated:
+                if not extern and name == kernel.name:
+                    found = index
+                    break
+            elif not extern:  # an extern's kernel never lies past the next generated kernel
+                break
+            elif _calls_op(name, kernel):
+                found = index
+                break
+        if found is None:
+            left += kernel.end - kernel.start
+            continue
+        times[found] += kernel.end - kernel.start
+        position = found if program[found][1] else (found + 1) % size
+    return {index: value / calls for index, value in times.items()}, left / calls

@@ -19,7 +19,7 @@ from typing import Any
 from fusionlab.measure.devices import DeviceProfile, get_profile
 from fusionlab.measure.timing import node_flops
 
-__all__ = ["KernelRecord", "kernel_records", "modelled_timeline"]
+__all__ = ["KernelRecord", "kernel_records", "launched", "modelled_timeline"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class KernelRecord:
         return asdict(self)
 
 
-def _launched(ex: Any) -> list[tuple[Any, str]]:
+def launched(ex: Any) -> list[tuple[Any, str]]:
     """The groups a call launches, in program order, with the name their launch has (the kernel's, else the
     group's)."""
     kernel_names = {kernel.group: kernel.name for kernel in ex.generated.kernels}
@@ -64,7 +64,7 @@ def kernel_records(ex: Any, *, graph: str, role: str, profile: str | DeviceProfi
     device = get_profile(profile)
     flops_by_node = node_flops(ex.captured.graph_module)
     records = []
-    for group, name in _launched(ex):
+    for group, name in launched(ex):
         moved = group.bytes_read + group.bytes_written
         flops = sum(flops_by_node.get(origin, 0) for origin in group.origins)
         ideal = max(moved / device.memory_bandwidth_bytes_per_s, flops / device.bf16_flops_per_s) * 1e6

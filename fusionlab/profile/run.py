@@ -31,7 +31,7 @@ from fusionlab.models.zoo import loss_of
 from fusionlab.profile import cuda
 from fusionlab.profile.eager import ModuleClock, eager_rounds, fixed_threads
 from fusionlab.profile.inductor_times import InductorTimes, inductor_times
-from fusionlab.profile.kernels import KernelRecord, kernel_records, modelled_timeline
+from fusionlab.profile.kernels import KernelRecord, kernel_records, launched, modelled_timeline
 from fusionlab.profile.model_profile import ModelProfile
 from fusionlab.profile.modules import inclusive, module_rows
 from fusionlab.profile.profiler import quiet_profile
@@ -147,7 +147,7 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
             raise RuntimeError(f"torch.compile(backend='fusionlab') compiled no graph of {type(model).__name__}: "
                                "Dynamo ran it all in Python (see torch._dynamo.explain(model)(...) for why)")
         on_cuda = device.type == "cuda"
-        measured: dict[str, float] | None = None
+        measured: dict[str, dict[str, float]] | None = None
         trace: dict[str, Any] | None = None
         session: list[cuda.GpuKernel] = []
         host: dict[str, float] | None = None
@@ -159,7 +159,7 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         records_by_graph: list[tuple[Any, list[KernelRecord]]] = []
         for graph in compiled:
             records = kernel_records(graph.exploration, graph=graph.name, role=graph.role, profile=gpu,
-                                     measured_us=measured)
+                                     measured_us=measured[graph.name] if measured is not None else None)
             records_by_graph.append((graph, records))
         eager_per_round, walls, spans = eager_rounds(model, eager_step, rounds)
         if on_cuda:  # eager's figure per module is its GPU time; the hooks' wall times are the host's
@@ -235,10 +235,10 @@ def _measured_verdict(records: list[KernelRecord], kernels: list[cuda.GpuKernel]
 
 def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
                   compiled: list[dynamo_backend.BackendGraph], rounds: int
-                  ) -> tuple[dict[str, float], dict[str, float], list[dict[str, float]], dict[str, Any],
+                  ) -> tuple[dict[str, dict[str, float]], dict[str, float], list[dict[str, float]], dict[str, Any],
                              list[cuda.GpuKernel], list[str]]:
-    """On CUDA: our kernels' µs per call, eager's host ms per module (median) and GPU ms per module and round
-    (inclusive), and one step of eager and fusionlab traced."""
+    """On CUDA: each graph's launches' µs per call (graph -> kernel name -> µs; extern calls too), eager's host ms
+    per module (median) and GPU ms per module and round (inclusive), and one step of eager and fusionlab traced."""
     from torch.profiler import ProfilerActivity
 
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
@@ -247,17 +247,18 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
     with quiet_profile(activities) as profiler:
         for _ in range(rounds):
             our_step()
-    measured = cuda.kernel_us_by_name(cuda.gpu_kernels(profiler.events()), rounds)
-    owners: dict[str, set[int]] = {}
-    for graph in compiled:
-        for kernel in graph.exploration.generated.kernels:
-            owners.setdefault(kernel.name, set()).add(graph.index)
-    shared = sorted(name for name, graphs in owners.items() if len(graphs) > 1)
-    for name in shared:
-        measured.pop(name, None)
-    if shared:
-        notes.append(f"{len(shared)} kernel names are shared by several graphs ({', '.join(shared[:3])}): "
-                     "their measured time is left out rather than guessed")
+    program = [(graph.name, name, group.kind == "extern") for graph in compiled
+               for group, name in launched(graph.exploration)]
+    per_launch, left = cuda.launch_times([(name, extern) for _, name, extern in program],
+                                         cuda.gpu_kernels(profiler.events()), rounds)
+    measured: dict[str, dict[str, float]] = {graph.name: {} for graph in compiled}
+    for index, (graph_name, name, _) in enumerate(program):
+        if index in per_launch:
+            measured[graph_name][name] = per_launch[index]
+    total = sum(per_launch.values()) + left
+    if total and left > 0.05 * total:
+        notes.append(f"{left:.3g} µs per step of GPU kernels ({100 * left / total:.0f}%) matched no launch of "
+                     "fusionlab's programs: left out of the kernel table rather than guessed")
     eager_per_round: list[dict[str, float]] = []
     host_per_round: list[dict[str, float]] = []
     paths = [path for path, _ in model.named_modules()]

@@ -25,6 +25,7 @@ class ProfileView(StaticFallback, widgets.VBox):  # type: ignore[misc]
         self._static = summary + modules + kernels
         self.output = widgets.Output()
         self.opened: str | None = None
+        self.explorer: Any = None  # the Explorer of the graph opened last
         self.buttons = []
         for place, graph in enumerate(profile.graphs):
             button = widgets.Button(description=f"open {graph.name}", layout=widgets.Layout(width="auto"),
@@ -43,9 +44,10 @@ class ProfileView(StaticFallback, widgets.VBox):  # type: ignore[misc]
 
         graph = self.profile.graphs[place]
         self.opened = graph.name
+        self.explorer = graph.exploration.show()
         self.output.clear_output()
         with self.output:
-            display(graph.exploration.show())
+            display(self.explorer)
 
     def static_html(self) -> str:
         return self._static
