@@ -104,7 +104,9 @@ def profile(model: torch.nn.Module, *inputs: Any, train: bool = False, rounds: i
     restored after. `train=True` profiles a training step (the output's `.loss`, else the mean of its first tensor,
     then `.backward()`) in train mode. `rounds` timed rounds per figure, at `threads` intra-op threads on a CPU
     (None: leave the count); `inductor=False` leaves Inductor out (its compile is the slow part on a CPU);
-    `device_profile` is the GPU fusionlab's kernels are modelled on when there is none.
+    `device_profile` is the GPU fusionlab's kernels are modelled on when there is none. Resets Dynamo first
+    (`torch._dynamo.reset()`), so that the model's graphs are compiled afresh: other compiled functions recompile
+    on their next call.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"fl.profile profiles an nn.Module, got {type(model).__name__}: wrap the function in a "
@@ -167,10 +169,14 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         inductor_result: InductorTimes | None = None
         if inductor:
             compiled_inductor = torch.compile(model)
-            inductor_result = inductor_times(_synchronised(_step(model, compiled_inductor, args, kwargs, train),
-                                                           device), [g.exploration for g in compiled],
-                                             rounds=rounds, device=device)
-            notes.extend(inductor_result.notes)
+            try:
+                inductor_result = inductor_times(_synchronised(_step(model, compiled_inductor, args, kwargs, train),
+                                                               device), [g.exploration for g in compiled],
+                                                 rounds=rounds, device=device)
+                notes.extend(inductor_result.notes)
+            except Exception as error:  # noqa: BLE001 - the rest of the profile stands; the note says what failed
+                notes.append(f"Inductor failed on this model ({type(error).__name__}: {str(error)[:200]}): its "
+                             "columns are empty; profile with inductor=False to skip it")
 
     saved = {g.index: _saved(g) for g in compiled if g.role == "backward"}
     graphs = []
