@@ -383,16 +383,17 @@ class KernelWriter(IndexWriter):
     def _online_softmax(self, node: Node, source: Node, result: str, tl_type: str) -> None:
         """`node` (an amax) and its partner (the sum of exp(x - amax)) in one pass."""
         total = self.namer.identifier(self.online[node.name])
-        running_max, running_sum, masked, new_max = (self.namer.identifier(f"{result}_{part}")
-                                                     for part in ("running", "sum", "masked", "next"))
+        running_max, running_sum, masked, new_max, shift, row_shift = (
+            self.namer.identifier(f"{result}_{part}") for part in ("running", "sum", "masked", "next", "shift", "row"))
         lines = self.top.lines
         lines.append(f"    {running_max} = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {tl_type})")
         lines.append(f"    {running_sum} = tl.zeros([XBLOCK, RBLOCK], {tl_type})")
         loop = self._open_loop()
         value = self._rounded(source.name, self.emit(source.name, self.full_map(), loop), node.type.dtype)
-        loop.lines.extend(online_softmax.loop_lines(loop.indent, value, masked, running_max, running_sum, new_max))
+        loop.lines.extend(online_softmax.loop_lines(loop.indent, value, masked, running_max, running_sum, new_max,
+                                                    shift))
         lines.extend(loop.lines)
-        lines.extend(online_softmax.combine_lines(running_max, running_sum, result, total))
+        lines.extend(online_softmax.combine_lines(running_max, running_sum, result, total, row_shift))
         self.globals[self.online[node.name]] = total
 
     def _open_loop(self) -> _Scope:

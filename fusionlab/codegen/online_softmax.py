@@ -45,22 +45,25 @@ def partners(graph: Graph, members: Sequence[str]) -> dict[str, str]:
     return found
 
 
-def loop_lines(pad: str, value: str, masked: str, running_max: str, running_sum: str, new_max: str) -> list[str]:
-    """One loop iteration: masked lanes read -inf, which leaves both the maximum and the sum as they were."""
+def loop_lines(pad: str, value: str, masked: str, running_max: str, running_sum: str, new_max: str,
+               shift: str) -> list[str]:
+    """One loop iteration: masked lanes read -inf, which leaves both the maximum and the sum as they were. A lane
+    whose maximum is still -inf shifts by 0 instead (its sum stays 0): no -inf - -inf, no NaN to select away."""
     return [
         f"{pad}{masked} = tl.where(mask, {value}, float(\"-inf\"))",
         f"{pad}{new_max} = _maximum({running_max}, {masked})",
-        f"{pad}{running_sum} = tl.where({new_max} == float(\"-inf\"), 0.0, "
-        f"{running_sum} * tl.exp({running_max} - {new_max}) + tl.exp({masked} - {new_max}))",
+        f"{pad}{shift} = tl.where({new_max} == float(\"-inf\"), 0.0, {new_max})",
+        f"{pad}{running_sum} = {running_sum} * tl.exp({running_max} - {shift}) + tl.exp({masked} - {shift})",
         f"{pad}{running_max} = {new_max}",
     ]
 
 
-def combine_lines(running_max: str, running_sum: str, result: str, total: str) -> list[str]:
-    """The row's maximum into `result` and its sum of exp(x - maximum) into `total`, both [XBLOCK, 1]."""
+def combine_lines(running_max: str, running_sum: str, result: str, total: str, shift: str) -> list[str]:
+    """The row's maximum into `result` and its sum of exp(x - maximum) into `total`, both [XBLOCK, 1]; lanes that
+    saw only -inf hold a sum of 0."""
     return [
         f"    {result} = tl.reduce({running_max}, 1, _maximum)[:, None]",
-        f"    {total} = tl.sum(tl.where({running_max} == float(\"-inf\"), 0.0, "
-        f"{running_sum} * tl.exp({running_max} - {result})), 1)[:, None]",
+        f"    {shift} = tl.where({result} == float(\"-inf\"), 0.0, {result})",
+        f"    {total} = tl.sum({running_sum} * tl.exp({running_max} - {shift}), 1)[:, None]",
         f"    {total} = tl.where({result} == float(\"-inf\"), float(\"nan\"), {total})",
     ]
