@@ -267,7 +267,7 @@ def module_graph_section(tree: Any, fused: Any = None) -> tuple[str, dict[str, s
     swaps it in), and the time by module (modelled). Returns the HTML and the DOT ids' names and kinds."""
     first = draw_modules(tree)
     views: list[tuple[str, ModuleDrawing]] = [
-        (path, draw_modules(tree, first.expanded | {path}))
+        (path, draw_modules(tree, first.expanded | tree.opening(path)))
         for dot_id, path in first.names.items() if first.kinds[dot_id] == "module"]
     names, kinds = dict(first.names), dict(first.kinds)
     for _, drawing in views:

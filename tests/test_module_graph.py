@@ -185,6 +185,7 @@ def test_default_view_of_a_model_without_numbered_layers() -> None:
             return self.head(x)
 
     stack = module_tree(fl.explore(Stack(), torch.randn(2, 16)))
+    assert stack.opening("blocks.1") == {"", "blocks", "blocks.1"}
     assert stack.default_expanded() == {"", "blocks"}
     assert boxes(draw_modules(stack)) == {"blocks.0", "blocks.1", "head"}
     assert short_name("encoder.layers.3.attn") == "layers.3.attn" and short_name("") == "(model)"

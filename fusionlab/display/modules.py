@@ -142,6 +142,15 @@ class ModuleTree:
         parts = path.split(".") if path else []
         return (ROOT, *(".".join(parts[:i]) for i in range(1, len(parts))))
 
+    def opening(self, path: str) -> frozenset[str]:
+        """What a click on `path` opens: the module, its parents, and a chain of only children below it (a stage
+        holding nothing but its `layers` opens them too)."""
+        opened = {*self.ancestors(path), path}
+        while len(self[path].children) == 1 and not self[path].own:
+            path = self[path].children[0]
+            opened.add(path)
+        return frozenset(opened)
+
     def default_expanded(self, limit: int = 24) -> frozenset[str]:
         """The first view: open the root and the containers of numbered children (h -> h.0 ... h.N) that hold at
         least a quarter of the nodes and sit in no numbered item themselves (a layer's own Sequential stays shut),

@@ -73,10 +73,10 @@ class ModuleGraph(StaticFallback, anywidget.AnyWidget):
             self.selected = target
 
     def expand(self, path: str) -> None:
-        """Open module `path` (and the modules above it)."""
+        """Open module `path` (the modules above it, and a chain of only children below it)."""
         if path not in self.tree:
             raise ValueError(f"no module {path!r} in this graph; see ModuleGraph.tree.as_text() for the paths")
-        self.expanded = self._ordered({*self.expanded, *ModuleTree.ancestors(path), path})
+        self.expanded = self._ordered({*self.expanded, *self.tree.opening(path)})
 
     def collapse(self, path: str) -> None:
         """Fold module `path` into one box (the modules inside it fold with it)."""
