@@ -22,7 +22,7 @@ from fusionlab.capture import CaptureResult
 from fusionlab.codegen.kernel import KernelSource
 from fusionlab.compare import compare
 from fusionlab.decompose.reference import interpret
-from fusionlab.ir import Graph
+from fusionlab.ir import Graph, where_text
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,12 @@ class Divergence:
     error: float
     value: str = ""
     origin: str = ""  # the aten node an IR value came from
+    where: str = ""  # its module and source line ("h.0.attn (model.py:12 in forward)")
 
     def text(self) -> str:
+        return self._text() + (f"; the node comes from {self.where}" if self.where else "")
+
+    def _text(self) -> str:
         if self.stage == "captured":
             return (f"{self.node}: captured differs from eager (max abs {self.error:.3g}): the traced graph no longer "
                     "computes what the function does (a Python value or global baked in at capture?)")
@@ -153,6 +157,7 @@ def localise(programs: Programs, flat: Sequence[torch.Tensor], expected: Sequenc
     checks: list[StageCheck] = []
     found: list[Divergence] = []
     captured = programs.captured.graph_module
+    places = {node.name: where_text(node.module, node.source) for node in programs.captured.aten_nodes}
     output_node = next(n for n in captured.graph.nodes if n.op == "output")
     aten_outputs = [n.name for n in pytree.tree_leaves(output_node.args[0]) if isinstance(n, torch.fx.Node)]
     try:
@@ -163,7 +168,8 @@ def localise(programs: Programs, flat: Sequence[torch.Tensor], expected: Sequenc
     first = _first(list(zip(expected, aten_results)))
     if first:
         checks.append(StageCheck("captured", "eager", count, False, aten_outputs[first[0]], max_abs_error=first[1]))
-        found.append(Divergence("captured", aten_outputs[first[0]], "", first[1]))
+        found.append(Divergence("captured", aten_outputs[first[0]], "", first[1],
+                                where=places.get(aten_outputs[first[0]], "")))
     else:
         checks.append(StageCheck("captured", "eager", count, len(aten_results) >= len(expected)))
     graph = programs.graph
@@ -181,7 +187,7 @@ def localise(programs: Programs, flat: Sequence[torch.Tensor], expected: Sequenc
     if first:
         (node, value), error = mapped[first[0]], first[1]
         checks.append(StageCheck("decomposed", "captured", len(mapped), False, node, value, "", error))
-        found.append(Divergence("decomposed", node, "", error, value))
+        found.append(Divergence("decomposed", node, "", error, value, where=places.get(node, "")))
     else:
         checks.append(StageCheck("decomposed", "captured", len(mapped), True))
     try:
@@ -197,7 +203,8 @@ def localise(programs: Programs, flat: Sequence[torch.Tensor], expected: Sequenc
         kernel = writers.get(name, "")
         origin = graph[name].origin if name in graph else ""
         checks.append(StageCheck("generated", "decomposed", len(names), False, name, name, kernel, error))
-        found.append(Divergence("generated", name, kernel, error, name, origin))
+        found.append(Divergence("generated", name, kernel, error, name, origin, graph[name].where if name in graph
+                                else ""))
     else:
         checks.append(StageCheck("generated", "decomposed", len(names), True))
     return tuple(checks), (found[0] if found else None)

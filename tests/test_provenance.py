@@ -17,6 +17,7 @@ import fusionlab as fl
 from fusionlab import dynamo_backend
 from fusionlab.capture import CaptureError
 from fusionlab.capture.provenance import module_path, provenance
+from fusionlab.decompose import RULES
 from fusionlab.display.tables import groups_table
 from fusionlab.verify import verify_call
 
@@ -278,3 +279,11 @@ def test_backend_graph_break_names_the_line() -> None:
     ended = [g.ended_by for g in dynamo_backend.since(before) if g.ended_by]
     line = line_of(Gate.forward, "if x.sum() > 0:")
     assert ended and re.search(rf"graph break at \S*{HERE}:{line} `if x.sum\(\) > 0:`", ended[0]), ended
+
+
+def test_first_divergence_names_the_module_and_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(RULES, torch.ops.aten.tanh, lambda b, x: b.pointwise("sin", x))  # a wrong rule
+    report = fl.explore(_net(), torch.randn(4, 8)).verify()
+    divergence = report.first_divergence
+    assert not report.ok and divergence is not None and divergence.stage == "decomposed"
+    assert divergence.text().endswith(f"; the node comes from layers.0 ({TANH})"), divergence.text()
