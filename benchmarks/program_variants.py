@@ -27,6 +27,7 @@ import fusionlab as fl
 import fusionlab.decompose.primitives as primitives
 import fusionlab.decompose.rules.copies as copies
 import fusionlab.runtime.config as config
+from fusionlab.measure.timing import is_device_kernel
 from fusionlab.measure.workloads import get
 
 VARIANTS = ("current", "libdevice_erf", "short_rows_8_warps", "transposed_copy")
@@ -67,7 +68,7 @@ def kernel_times(run: Any, calls: int = 20) -> dict[str, float]:
         torch.cuda.synchronize()
     totals: dict[str, float] = collections.defaultdict(float)
     for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
+        if is_device_kernel(event):
             totals[event.name[:90]] += event.device_time / 1e3 / calls
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 

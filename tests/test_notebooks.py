@@ -23,7 +23,7 @@ from fusionlab.notebooks_run import PUBLISHED, WIDGET_MIME, machine_paths, run_n
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 COURSE = ("01_why_fusion_pays", "02_pointwise_chains", "03_reductions", "04_inside_inductor",
-          "05_write_your_own_policy", "06_profile_a_gpt_block")
+          "05_write_your_own_policy", "06_profile_a_gpt_block", "07_profile_a_real_model")
 
 
 def test_the_tour_and_the_course_are_there() -> None:

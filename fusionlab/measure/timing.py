@@ -206,9 +206,21 @@ def median_cuda_ms(run: Callable[[], Any]) -> float:
     return float(do_bench(run, return_mode="median"))
 
 
+def is_device_kernel(event: Any) -> bool:
+    """Whether a profiler event is a kernel the GPU ran: not a copy or a memset, and not a user annotation's span
+    on the GPU timeline (Kineto gives every `record_function` range, Inductor's and our module ranges among them,
+    a CUDA-typed twin spanning the kernels launched inside it; summing those counts the kernels twice or more)."""
+    from torch.autograd import DeviceType
+
+    if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset")):
+        return False
+    if getattr(event, "is_user_annotation", False):
+        return False
+    return "annotation" not in str(getattr(event, "activity_type", "") or "")
+
+
 def cuda_kernel_ms(run: Callable[[], Any], *, iterations: int = 10) -> tuple[dict[str, float], int]:
     """Per-kernel GPU milliseconds for one call of `run` (mean over `iterations`), and launches per call."""
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     run()
@@ -222,7 +234,7 @@ def cuda_kernel_ms(run: Callable[[], Any], *, iterations: int = 10) -> tuple[dic
     totals: dict[str, float] = {}
     launches = 0
     for event in profiler.events():
-        if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset")):
+        if not is_device_kernel(event):
             continue
         launches += 1
         totals[event.name] = totals.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3

@@ -11,13 +11,16 @@ walking that event's parents gives the ranges around the launch: a module's `rec
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fusionlab.measure.timing import is_device_kernel
 from fusionlab.profile.eager import RANGE_PREFIX
 
-__all__ = ["GpuKernel", "gpu_kernels", "host_ms_by_module", "kernel_us_by_name", "launch_times", "module_gpu_ms"]
+__all__ = ["GpuKernel", "device_links", "gpu_kernels", "host_ms_by_module", "kernel_us_by_name", "launch_times",
+           "module_gpu_ms"]
 
 
 @dataclass(frozen=True)
@@ -31,17 +34,43 @@ class GpuKernel:
     launchers: tuple[str, ...] = ()  # the host events around its launch, innermost first ("aten::addmm", ...)
 
 
-def gpu_kernels(events: Iterable[Any]) -> list[GpuKernel]:
-    """Every CUDA kernel event (copies and memsets left out), in start order, with its launching module."""
+#: the CUDA runtime's and driver's host events (cudaLaunchKernel, cuLaunchKernelEx, ...): not the user's ops
+_RUNTIME = re.compile(r"^(cuda[A-Z]|cu[A-Z])")
+
+
+def device_links(profiler: Any) -> dict[int, int]:
+    """Each device event's start (ns from the trace's start) -> the correlation id of the op that launched it, read
+    from Kineto's own events: torch before 2.13 leaves `linked_correlation_id` off its FunctionEvents."""
+    from torch.autograd import DeviceType
+
+    results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
+    if results is None:
+        return {}
+    origin = results.trace_start_ns() if hasattr(results, "trace_start_ns") else results.trace_start_us() * 1000
+    return {event.start_ns() - origin: event.linked_correlation_id() for event in results.events()
+            if event.device_type() == DeviceType.CUDA}
+
+
+def gpu_kernels(events: Iterable[Any], links: Mapping[int, int] | None = None) -> list[GpuKernel]:
+    """Every CUDA kernel event (copies, memsets and annotation spans left out), in start order, with its launching
+    module. `links` (`device_links(profiler)`) gives the launching op where the events do not carry it."""
     from torch.autograd import DeviceType
 
     events = list(events)
-    host = {event.id: event for event in events if event.device_type == DeviceType.CPU}
+    # The ops and ranges the user's code opened, by their correlation id. The CUDA runtime's own host events
+    # (cudaLaunchKernel) carry CUPTI's correlation ids, numbered apart from the ops' and so colliding with them:
+    # keyed together, a kernel would be given to whichever came last.
+    host = {event.id: event for event in events
+            if event.device_type == DeviceType.CPU and not getattr(event, "linked_correlation_id", 0)
+            and not _RUNTIME.match(event.name)}
     kernels = []
     for event in events:
-        if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset")):
+        if not is_device_kernel(event):
             continue
-        launcher = host.get(getattr(event, "linked_correlation_id", 0))
+        linked = getattr(event, "linked_correlation_id", None)
+        if linked is None and links:
+            linked = links.get(round(event.time_range.start * 1000))
+        launcher = host.get(linked) if linked else None
         module = None
         launchers = []
         while launcher is not None:

@@ -27,7 +27,7 @@ import torch
 from fusionlab.fusion.fuse import common_module
 from fusionlab.inductor.adapter import parse_program
 from fusionlab.inductor.records import InductorKernel
-from fusionlab.measure.timing import quiet_cuda_toolkit_lookup
+from fusionlab.measure.timing import is_device_kernel, quiet_cuda_toolkit_lookup
 from fusionlab.profile.profiler import quiet_profile
 
 __all__ = ["InductorTimes", "inductor_times"]
@@ -46,6 +46,7 @@ class InductorTimes:
     kernels: list[tuple[int, InductorKernel, str]] = field(default_factory=list)  # (program, kernel, module)
     compile_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    by_module: bool = True  # False: too much of the time has no module; only the model's row is given
 
     @property
     def per_module(self) -> dict[str, list[float]]:
@@ -111,6 +112,13 @@ def inductor_times(step: Callable[[], Any], explorations: Sequence[Any], *, roun
         result.rounds.append(dict(per_module))
         result.total.append(total)
         result.unattributed.append(unattributed)
+    share = sum(result.unattributed) / sum(result.total) if sum(result.total) else 0.0
+    if device.type == "cuda" and share > 0.05:
+        result.by_module = False
+        result.notes.append(
+            f"Inductor's time per module is not given on CUDA: {100 * share:.0f}% of its GPU time is in kernels no "
+            "module can be told from (its cuBLAS calls, and the one Triton kernel it launches for every identical "
+            "layer), so a layer's figure would be a part of it; its whole step is the model's row")
     return result
 
 
@@ -160,14 +168,12 @@ def _attribute_cpu(events: list[Any], programs: list[tuple[InductorKernel, ...]]
 def _attribute_cuda(events: list[Any], kernels: list[tuple[int, InductorKernel, str]],
                     per_module: dict[str, float]) -> tuple[float, float]:
     """Each GPU kernel by its name, where one program's kernel has it (Inductor's names repeat across graphs)."""
-    from torch.autograd import DeviceType
-
     by_name: dict[str, set[str]] = collections.defaultdict(set)
     for _, kernel, module in kernels:
         by_name[kernel.name].add(module)
     total = unattributed = 0.0
     for event in events:
-        if event.device_type != DeviceType.CUDA or event.name.startswith(("Memcpy", "Memset")):
+        if not is_device_kernel(event):
             continue
         milliseconds = event.time_range.elapsed_us() / 1e3
         total += milliseconds

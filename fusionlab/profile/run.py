@@ -200,6 +200,10 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     rows = module_rows(model, kernels=kernels, fusionlab_timing=fusionlab_timing, eager=eager_per_round,
                        inductor=inductor_result.rounds if inductor_result else (),
                        host=host if on_cuda else eager_medians, gpu=eager_medians if on_cuda else None)
+    if inductor_result is not None and not inductor_result.by_module:
+        for row in rows:
+            if row["module"]:
+                row.update(inductor_ms=None, inductor_low_ms=None, inductor_high_ms=None)
     if trace is None:
         trace = modelled_trace([(g.name, r) for g, r in records_by_graph], spans, profile=gpu,
                                model_name=type(model).__name__, eager_note=eager_note)
@@ -256,7 +260,7 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
     program = [(graph.name, name, group.kind == "extern") for graph in compiled
                for group, name in launched(graph.exploration)]
     per_launch, left = cuda.launch_times([(name, extern) for _, name, extern in program],
-                                         cuda.gpu_kernels(profiler.events()), rounds)
+                                         cuda.gpu_kernels(profiler.events(), cuda.device_links(profiler)), rounds)
     measured: dict[str, dict[str, float]] = {graph.name: {} for graph in compiled}
     for index, (graph_name, name, _) in enumerate(program):
         if index in per_launch:
@@ -272,18 +276,19 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
         with ModuleClock(model, ranges=True), quiet_profile(activities) as profiler:
             eager_step()
         events = list(profiler.events())
-        kernels = cuda.gpu_kernels(events)
+        kernels = cuda.gpu_kernels(events, cuda.device_links(profiler))
         host_per_round.append(cuda.host_ms_by_module(events))
         eager_per_round.append(inclusive(cuda.module_gpu_ms(kernels), paths))
         # the model's own row: every kernel of the step (a backward's kernels are launched outside the modules)
         eager_per_round[-1][""] = sum(k.end - k.start for k in kernels) / 1e3
-    with ModuleClock(model, ranges=True), quiet_profile(activities) as profiler:
-        eager_step()
-        our_step()
+    with quiet_profile(activities) as profiler:
+        with ModuleClock(model, ranges=True):
+            eager_step()
+        our_step()  # without the hooks: Dynamo guards on a module's hooks and would recompile the model with them
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "trace.json"
         profiler.export_chrome_trace(str(path))
         trace = json.loads(path.read_text())
-    session = cuda.gpu_kernels(profiler.events())
+    session = cuda.gpu_kernels(profiler.events(), cuda.device_links(profiler))
     host = {path: Spread.of(r.get(path, 0.0) for r in host_per_round).median for path in paths}
     return measured, host, eager_per_round, trace, session, notes
