@@ -272,6 +272,7 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
     eager_per_round: list[dict[str, float]] = []
     host_per_round: list[dict[str, float]] = []
     paths = [path for path, _ in model.named_modules()]
+    orphans = 0.0
     for _ in range(rounds):  # one profile per round, so that each round is a sample of the spread
         with ModuleClock(model, ranges=True), quiet_profile(activities) as profiler:
             eager_step()
@@ -281,6 +282,11 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
         eager_per_round.append(inclusive(cuda.module_gpu_ms(kernels), paths))
         # the model's own row: every kernel of the step (a backward's kernels are launched outside the modules)
         eager_per_round[-1][""] = sum(k.end - k.start for k in kernels) / 1e3
+        orphans = sum(k.end - k.start for k in kernels if not k.module) / 1e3
+    if eager_per_round and orphans > 0.05 * eager_per_round[-1][""]:
+        notes.append(f"{orphans:.3g} ms of eager's {eager_per_round[-1]['']:.3g} ms of GPU kernels per step were "
+                     "launched where no module's profiler range could be found around them: they count only in the "
+                     "model's row, so a module's eager GPU figure can be short of its kernels")
     with quiet_profile(activities) as profiler:
         with ModuleClock(model, ranges=True):
             eager_step()
