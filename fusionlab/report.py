@@ -316,8 +316,10 @@ def _sources(ex: Any, generated: Any, view: Any) -> str:
                                           kernel_body(k.source) if k.language == "triton" else k.source,
                                           "cpp" if k.language == "cpp" else "python", max_height="520px")
                              for k in kernels) or _note("no Inductor kernel lists these aten nodes")
+        spans = ", ".join(m or "(top level)" for m in group.modules)
+        where = f"; in {group.module}" if group.module else (f"; spans {spans}" if len(group.modules) > 1 else "")
         summary = (f"{group.name}: {group.kind}; aten nodes {', '.join(group.origins)}; reads "
-                   f"{group.bytes_read:,} B, writes {group.bytes_written:,} B")
+                   f"{group.bytes_read:,} B, writes {group.bytes_written:,} B{where}")
         blocks.append(f"<div class='fl-group' data-group='{html.escape(group.name, quote=True)}'>"
                       f"<h3 style='font-size:13px'>{html.escape(summary)}</h3>"
                       f"<div class='fl-pair'><div>{ours}</div><div>{theirs}</div></div></div>")

@@ -287,3 +287,17 @@ def test_first_divergence_names_the_module_and_line(monkeypatch: pytest.MonkeyPa
     divergence = report.first_divergence
     assert not report.ok and divergence is not None and divergence.stage == "decomposed"
     assert divergence.text().endswith(f"; the node comes from layers.0 ({TANH})"), divergence.text()
+
+
+def test_the_graph_tooltips_say_where_a_node_and_a_group_come_from() -> None:
+    """Hovering a node of the drawn graph names its module and source line; a group's cluster names its module."""
+    from fusionlab.display.graph import draw_graph
+
+    ex = fl.explore(_net(), torch.randn(4, 8))
+    decomposed = draw_graph(ex.fused).dot
+    assert re.search(r'tooltip="[^"]*tanh[^"]*\\nin layers\.1 \(' + re.escape(TANH), decomposed), decomposed[:2000]
+    assert re.search(r'tooltip="pointwise_\d+[^"]*; in layers\.0"', decomposed)
+    captured = draw_graph(ex.fused, level="captured").dot
+    assert re.search(r'tooltip="[^"]*addmm[^"]*\\nin layers\.0\.q \(' + re.escape(LINEAR), captured)
+    page = ex.to_html(timings=False, inductor=False)
+    assert re.search(r"<h3[^>]*>pointwise_\d+[^<]*; in layers\.0</h3>", page)

@@ -21,7 +21,7 @@ from typing import Any
 from fusionlab.display import style
 from fusionlab.fusion.fuse import FusionDecision
 from fusionlab.fusion.kinds import KERNEL_GROUP_KINDS, GroupKind, group_kind
-from fusionlab.ir import Graph
+from fusionlab.ir import Graph, where_text
 from fusionlab.stages import Captured, Decomposed, Fused
 
 __all__ = ["Block", "GraphDrawing", "draw_graph", "dot_string", "graph_blocks", "resolve_stage"]
@@ -108,8 +108,10 @@ def graph_blocks(fused: Fused, step: int | None = None) -> tuple[Block, ...]:
 
 def _group_tooltip(group: Any, graph: Any) -> str:
     computing = sum(graph[n].kind not in ("view", "input") for n in group.nodes)  # views are index arithmetic
+    spans = ", ".join(m or "(top level)" for m in getattr(group, "modules", ()))
+    where = f"; in {group.module}" if getattr(group, "module", "") else (f"; spans {spans}" if spans else "")
     return (f"{group.name}: {group.kind} kernel over {computing} primitives; reads "
-            f"{', '.join(group.inputs)}; writes {', '.join(group.outputs)}")
+            f"{', '.join(group.inputs)}; writes {', '.join(group.outputs)}{where}")
 
 
 def draw_graph(stage: Any, *, step: int | None = None, selected: str | None = None, level: str | None = None,
@@ -235,7 +237,9 @@ def _draw_decomposed(writer: _DotWriter, graph: Graph, blocks: Sequence[Block]) 
         else:
             tag = "extern " if node.kind == "extern" else ""
             title = node.op if node.op == name else f"{name} = {tag}{node.op}"
-            result.update(label=f"{title}\n{node.type.text()}", tooltip=node.text())
+            where = node.where
+            result.update(label=f"{title}\n{node.type.text()}",
+                          tooltip=node.text() + (f"\nin {where}" if where else ""))
         return result
 
     for name in graph.inputs:
@@ -261,6 +265,7 @@ def _draw_captured(writer: _DotWriter, captured: Captured, decomposed: Decompose
     graph_module = captured.graph_module
     names = {spec.placeholder: spec.name for spec in captured.inputs}
     types = {node.name: node.type for node in captured.aten_nodes}
+    wheres = {node.name: where_text(node.module, node.source) for node in captured.aten_nodes}
     spec_types = {spec.placeholder: spec.type for spec in captured.inputs}
     aten_block = _aten_blocks(decomposed, blocks) if decomposed is not None else {}
     outputs = set(captured.outputs)
@@ -274,7 +279,8 @@ def _draw_captured(writer: _DotWriter, captured: Captured, decomposed: Decompose
         type_text = value_type.text() if value_type is not None else ""
         shown = names.get(fx_name, fx_name)
         result.update(label=f"{shown}\n{target}\n{type_text}" if target else f"{shown}\n{type_text}",
-                      tooltip=f"{shown}: {target or 'input'} {type_text}")
+                      tooltip=f"{shown}: {target or 'input'} {type_text}"
+                      + (f"\nin {wheres[fx_name]}" if wheres.get(fx_name) else ""))
         return result
 
     targets = {node.name: node.target for node in captured.aten_nodes}
