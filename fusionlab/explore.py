@@ -201,6 +201,11 @@ class Exploration:
         """The Explorer widget: graph, groups, sources and timings, linked (`inductor=False` skips Inductor)."""
         from fusionlab.widgets import Explorer
 
+        unknown = sorted(set(options) - {"inductor", "report", "verify", "layout"})
+        if unknown:
+            raise TypeError(f"show() takes inductor=, report=, verify= (and a widget's layout=), got "
+                            f"{', '.join(f'{name}=' for name in unknown)}: the Explorer times nothing until its "
+                            "timings tab is run; to_html(timings=False) is the page's option")
         return Explorer(self, **options)
 
     def to_html(self, path: str | None = None, **options: Any) -> str:

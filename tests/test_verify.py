@@ -165,5 +165,5 @@ def test_the_report_page_and_the_explorer_show_where_values_part(monkeypatch: py
     ex = fl.explore(lambda a: torch.cos(a) * 2, torch.randn(4, 6))
     page = ex.to_html(timings=False, inductor=False)
     assert "decomposed differs from captured first at cos" in page
-    title = ex.show(inductor=False, timings=False)._title(verify=True)
+    title = ex.show(inductor=False)._title(verify=True)
     assert "decomposed differs from captured first at cos" in title

@@ -426,3 +426,9 @@ def test_a_cuda_build_of_torch_on_a_cpu_looks_for_the_toolkit_quietly(
     lines += [record.getMessage() for record in records]
     assert not [line for line in lines if any(red in line for red in _RED_LINES)], lines
     assert cpp_extension.CUDA_HOME == str(tmp_path)  # looked up, quietly
+
+
+def test_show_refuses_an_option_it_does_not_take(ex: fl.Exploration) -> None:
+    """An unknown option is an error that names it, not a keyword the widget swallows with a warning."""
+    with pytest.raises(TypeError, match=r"got timings=.*to_html\(timings=False\)"):
+        ex.show(timings=False)
