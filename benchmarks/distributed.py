@@ -79,9 +79,13 @@ def _layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def _wrap(model: torch.nn.Module, engine: str, device: torch.device) -> torch.nn.Module:
     if engine == "ddp":
-        # small buckets, so that even a tiny model has several and Dynamo's DDP optimizer splits its graph
+        if device.type == "cpu":
+            # a tiny model (0.4 MiB) fits DDP's first bucket (1 MiB): small buckets, so that it has several and
+            # Dynamo's DDP optimizer splits its graph at their boundaries as it does a real model's (both read
+            # the first bucket's size from this constant when they are made)
+            dist._DEFAULT_FIRST_BUCKET_BYTES = 64 * 1024  # type: ignore[attr-defined]
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                       bucket_cap_mb=1 if device.type == "cpu" else 25)  # 1: DDP's first bucket
+                                       bucket_cap_mb=0.0625 if device.type == "cpu" else 25)
     if engine == "fsdp":
         from torch.distributed.fsdp import fully_shard
 

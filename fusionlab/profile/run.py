@@ -133,10 +133,23 @@ def profile(model: torch.nn.Module, *inputs: Any, train: bool = False, rounds: i
         model.train(was_training)
 
 
+def _inner(model: torch.nn.Module, notes: list[str]) -> torch.nn.Module:
+    """The module whose tree the profile reads: a DistributedDataParallel's own module (Dynamo names the graphs' nodes
+    by the paths inside it; FSDP2 shards the model in place and needs nothing)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        notes.append(f"profiled inside DistributedDataParallel: the module paths are its module's "
+                     f"({type(model.module).__name__}); its all-reduces run in the backward, between our kernels")
+        return model.module
+    return model
+
+
 def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, train: bool, rounds: int,
              device: torch.device, gpu: DeviceProfile, inductor: bool, notes: list[str], threads: int
              ) -> ModelProfile:
     torch._dynamo.reset()  # else a model compiled before (by an earlier profile) compiles no new graph
+    tree = _inner(model, notes)
     before = dynamo_backend.mark()
     ours = torch.compile(model, backend="fusionlab")
     our_step = _synchronised(_step(model, ours, args, kwargs, train), device)
@@ -155,7 +168,7 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         host: dict[str, float] | None = None
         cuda_rounds: list[dict[str, float]] = []
         if on_cuda:
-            measured, host, cuda_rounds, trace, session, more = _cuda_session(model, eager_step, our_step,
+            measured, host, cuda_rounds, trace, session, more = _cuda_session(tree, eager_step, our_step,
                                                                               compiled, rounds)
             notes.extend(more)
         records_by_graph: list[tuple[Any, list[KernelRecord]]] = []
@@ -163,7 +176,7 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
             records = kernel_records(graph.exploration, graph=graph.name, role=graph.role, profile=gpu,
                                      measured_us=measured[graph.name] if measured is not None else None)
             records_by_graph.append((graph, records))
-        eager_per_round, walls, spans = eager_rounds(model, eager_step, rounds)
+        eager_per_round, walls, spans = eager_rounds(tree, eager_step, rounds)
         if on_cuda:  # eager's figure per module is its GPU time; the hooks' wall times are the host's
             eager_per_round = cuda_rounds
         inductor_result: InductorTimes | None = None
@@ -197,7 +210,7 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     eager_note = ("measured (CUDA profiler)" if on_cuda else
                   f"measured on the CPU, wall time, {threads} thread{'s' * (threads != 1)}")
     eager_medians = {k: v.median for k, v in _spreads(eager_per_round).items()}
-    rows = module_rows(model, kernels=kernels, fusionlab_timing=fusionlab_timing, eager=eager_per_round,
+    rows = module_rows(tree, kernels=kernels, fusionlab_timing=fusionlab_timing, eager=eager_per_round,
                        inductor=inductor_result.rounds if inductor_result else (),
                        host=host if on_cuda else eager_medians, gpu=eager_medians if on_cuda else None)
     if inductor_result is not None and not inductor_result.by_module:
@@ -206,14 +219,14 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
                 row.update(inductor_ms=None, inductor_low_ms=None, inductor_high_ms=None)
     if trace is None:
         trace = modelled_trace([(g.name, r) for g, r in records_by_graph], spans, profile=gpu,
-                               model_name=type(model).__name__, eager_note=eager_note)
+                               model_name=type(tree).__name__, eager_note=eager_note)
     else:
         trace = annotate_trace(trace, kernels)
     if train:
         notes.append("eager's per-module times are the forward calls (module hooks); the model's own row is the "
                      "whole training step, backward included")
     return ModelProfile(
-        model_name=type(model).__name__, train=train, device=str(device), device_profile=gpu,
+        model_name=type(tree).__name__, train=train, device=str(device), device_profile=gpu,
         graphs=tuple(graphs), module_rows=tuple(rows), kernel_rows=tuple(r.row() for r in kernels),
         eager=Spread.of(walls),
         inductor=Spread.of(inductor_result.total) if inductor_result and inductor_result.total else None,
