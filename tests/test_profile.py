@@ -294,6 +294,13 @@ def test_cuda_launches_are_read_in_program_order() -> None:
     times, left = launch_times(program, kernels, calls=2)
     assert times == {0: 2.0, 1: 3.0, 2: 5.0, 3: 2.0}  # µs per step; flash attention's two kernels both counted
     assert left == pytest.approx(3.0)  # the fill no launch of ours made
+    # DDP's all-reduce between the two graphs: neither ours nor left over, but a collective with its time
+    from fusionlab.profile.cuda import collectives_us
+
+    nccl = GpuKernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1.0, 41.0, None)
+    with_comms = kernels[:3] + [nccl] + kernels[3:]
+    assert launch_times(program, with_comms, calls=2) == (times, left)
+    assert collectives_us(with_comms, calls=2) == {"AllReduce": (0.5, 20.0)}
 
 
 def test_cuda_kernels_are_linked_to_the_op_that_launched_them() -> None:

@@ -19,8 +19,8 @@ from typing import Any
 from fusionlab.measure.timing import is_device_kernel
 from fusionlab.profile.eager import RANGE_PREFIX
 
-__all__ = ["GpuKernel", "device_links", "gpu_kernels", "host_ms_by_module", "kernel_us_by_name", "launch_times",
-           "module_gpu_ms"]
+__all__ = ["GpuKernel", "collective_of", "collectives_us", "device_links", "gpu_kernels", "host_ms_by_module",
+           "kernel_us_by_name", "launch_times", "module_gpu_ms"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,8 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
     generated = {name for name, extern in program if not extern}
     position = 0  # the program's launch the stream has reached (cyclic: the steps run back to back)
     for kernel in kernels:
+        if collective_of(kernel.name):  # NCCL's, launched by DDP or FSDP between our graphs: `collectives_us`
+            continue
         found = None
         for offset in range(size):
             index = (position + offset) % size
@@ -147,3 +149,24 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
         times[found] += kernel.end - kernel.start
         position = found if program[found][1] else (found + 1) % size
     return {index: value / calls for index, value in times.items()}, left / calls
+
+
+_NCCL = re.compile(r"^nccl(?:Dev)?Kernel_(?P<kind>[A-Za-z]+)")
+
+
+def collective_of(kernel_name: str) -> str | None:
+    """The collective an NCCL kernel runs ("AllReduce", "AllGather", "ReduceScatter", ...), None for another kernel."""
+    match = _NCCL.match(kernel_name)
+    return match["kind"] if match else None
+
+
+def collectives_us(kernels: Sequence[GpuKernel], calls: int) -> dict[str, tuple[float, float]]:
+    """Each collective's (launches, µs) per call: the NCCL kernels DDP's all-reduces and FSDP's all-gathers and
+    reduce-scatters run on the GPU between our kernels."""
+    totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    for kernel in kernels:
+        kind = collective_of(kernel.name)
+        if kind is not None:
+            totals[kind][0] += 1
+            totals[kind][1] += kernel.end - kernel.start
+    return {kind: (count / calls, total / calls) for kind, (count, total) in totals.items()}

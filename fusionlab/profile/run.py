@@ -272,8 +272,12 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
             our_step()
     program = [(graph.name, name, group.kind == "extern") for graph in compiled
                for group, name in launched(graph.exploration)]
-    per_launch, left = cuda.launch_times([(name, extern) for _, name, extern in program],
-                                         cuda.gpu_kernels(profiler.events(), cuda.device_links(profiler)), rounds)
+    ours = cuda.gpu_kernels(profiler.events(), cuda.device_links(profiler))
+    per_launch, left = cuda.launch_times([(name, extern) for _, name, extern in program], ours, rounds)
+    collectives = cuda.collectives_us(ours, rounds)
+    if collectives:
+        notes.append("collectives between fusionlab's kernels, per step: " + ", ".join(
+            f"{kind} x{count:g} {us / 1e3:.3g} ms" for kind, (count, us) in sorted(collectives.items())))
     measured: dict[str, dict[str, float]] = {graph.name: {} for graph in compiled}
     for index, (graph_name, name, _) in enumerate(program):
         if index in per_launch:
