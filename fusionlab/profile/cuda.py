@@ -63,14 +63,21 @@ def gpu_kernels(events: Iterable[Any], links: Mapping[int, int] | None = None) -
     host = {event.id: event for event in events
             if event.device_type == DeviceType.CPU and not getattr(event, "linked_correlation_id", 0)
             and not _RUNTIME.match(event.name)}
+    # A kernel and the runtime call that launched it (cudaLaunchKernel, cuLaunchKernelEx) share CUPTI's id, and that
+    # call sits in the host tree inside the op that made it: the first way from a kernel to its op and module.
+    runtime = {event.id: event for event in events
+               if event.device_type == DeviceType.CPU and _RUNTIME.match(event.name) and "Launch" in event.name}
     kernels = []
     for event in events:
         if not is_device_kernel(event):
             continue
-        linked = getattr(event, "linked_correlation_id", None)
-        if linked is None and links:
-            linked = links.get(round(event.time_range.start * 1000))
-        launcher = host.get(linked) if linked else None
+        launch = runtime.get(event.id)
+        launcher = launch.cpu_parent if launch is not None else None
+        if launcher is None:  # else the op the kernel's linked correlation id names
+            linked = getattr(event, "linked_correlation_id", None)
+            if linked is None and links:
+                linked = links.get(round(event.time_range.start * 1000))
+            launcher = host.get(linked) if linked else None
         module = None
         launchers = []
         while launcher is not None:
