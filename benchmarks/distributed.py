@@ -35,12 +35,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 import fusionlab  # noqa: F401 - registers backend="fusionlab"
 from fusionlab import dynamo_backend, models
+from fusionlab.profile.cuda import collectives_us, device_links, gpu_kernels
 from fusionlab.profile.profiler import quiet_profile
 
 COLUMNS = ["model", "engine", "runner", "world", "device", "dtype", "size", "steps", "step_ms", "first_step_s",
            "loss_err", "grad_err", "weight_err", "tolerance", "correct", "graphs", "graph_names", "collectives",
            "collective_ms", "gpu", "torch", "triton", "date"]
-_COLLECTIVE = ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "broadcast")
 
 
 def _setup() -> tuple[int, int, torch.device]:
@@ -118,27 +118,17 @@ def _profiled(enabled: bool, device: torch.device) -> Iterator[Any]:
         yield profiler
 
 
-def _collectives(profiler: Any) -> tuple[int, float]:
-    """Collective calls in a profiled step and their milliseconds (host spans; on CUDA, the NCCL kernels')."""
+def _collectives(profiler: Any, device: torch.device) -> tuple[int, float]:
+    """The collectives of a profiled step and their milliseconds: on CUDA the NCCL kernels (all-reduce, all-gather,
+    reduce-scatter), on a CPU gloo's work spans ("gloo:all_gather", on its own threads; the c10d op that enqueues
+    one returns before it runs, and FSDP's reduce-scatter runs as a gloo all-reduce)."""
     from torch.autograd import DeviceType
 
-    count, total = 0, 0.0
-    for event in profiler.events():
-        name = event.name.lower()
-        if not any(word in name for word in _COLLECTIVE):
-            continue
-        on_gpu = event.device_type == DeviceType.CUDA
-        if on_gpu or (event.device_type == DeviceType.CPU and name.startswith(("c10d::", "gloo:", "nccl:"))):
-            if on_gpu == (profiler_device(profiler) == "cuda"):
-                count += 1
-                total += event.time_range.elapsed_us() / 1e3
-    return count, total
-
-
-def profiler_device(profiler: Any) -> str:
-    from torch.autograd import DeviceType
-
-    return "cuda" if any(e.device_type == DeviceType.CUDA for e in profiler.events()) else "cpu"
+    if device.type == "cuda":
+        found = collectives_us(gpu_kernels(profiler.events(), device_links(profiler)), calls=1)
+        return round(sum(count for count, _ in found.values())), sum(us for _, us in found.values()) / 1e3
+    spans = [e for e in profiler.events() if e.device_type == DeviceType.CPU and e.name.startswith("gloo:")]
+    return len(spans), sum(e.time_range.elapsed_us() for e in spans) / 1e3
 
 
 def _run(name: str, engine: str, runner: str, *, size: str, steps: int, device: torch.device,
@@ -171,7 +161,7 @@ def _run(name: str, engine: str, runner: str, *, size: str, steps: int, device: 
         seconds.append(time.perf_counter() - start)
         losses.append(loss.detach().float().clone())
         if profiler is not None:
-            collectives = _collectives(profiler)
+            collectives = _collectives(profiler, device)
     weights = [_local(p).detach().float().clone() for p in model.parameters()]
     compiled = dynamo_backend.since(before) if runner == "fusionlab" else []
     return {"losses": losses, "grads": grads, "weights": weights, "seconds": seconds,
