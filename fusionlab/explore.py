@@ -201,9 +201,11 @@ class Exploration:
         """The Explorer widget: graph, groups, sources and timings, linked (`inductor=False` skips Inductor)."""
         from fusionlab.widgets import Explorer
 
-        unknown = sorted(set(options) - {"inductor", "report", "verify", "layout"})
+        taken = [name for name, parameter in inspect.signature(Explorer).parameters.items()
+                 if parameter.kind == inspect.Parameter.KEYWORD_ONLY]
+        unknown = sorted(set(options) - set(taken) - {"layout"})
         if unknown:
-            raise TypeError(f"show() takes inductor=, report=, verify= (and a widget's layout=), got "
+            raise TypeError(f"show() takes {', '.join(f'{name}=' for name in taken)} (and a widget's layout=), got "
                             f"{', '.join(f'{name}=' for name in unknown)}: the Explorer times nothing until its "
                             "timings tab is run; to_html(timings=False) is the page's option")
         return Explorer(self, **options)

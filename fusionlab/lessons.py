@@ -25,8 +25,8 @@ import torch
 from fusionlab.measure.devices import get_profile
 from fusionlab.measure.report import RECORDED_RESULTS, recorded_results
 
-__all__ = ["CopyKernel", "RowPass", "RowPasses", "copy_kernels", "launch_bound_note", "lesson_device",
-           "lesson_size", "recorded_kernels", "row_passes"]
+__all__ = ["CopyKernel", "RowPass", "RowPasses", "copy_kernels", "figure", "launch_bound_note", "lesson_device",
+           "lesson_size", "recorded_kernels", "row_passes", "times"]
 
 RECORDED_KERNELS = RECORDED_RESULTS.with_name("bench_h200_kernels.csv")
 _TIMES = {1: "once", 2: "twice", 3: "three times", 4: "four times", 5: "five times"}
@@ -40,6 +40,13 @@ def lesson_device() -> torch.device:
 def lesson_size(device: torch.device | str) -> str:
     """The workload size a lesson builds on `device`: "gpu" on CUDA (bandwidth-bound), "cpu" elsewhere."""
     return "gpu" if torch.device(device).type == "cuda" else "cpu"
+
+
+def figure(value: float | None, unit: str = "ms", scale: float = 1.0) -> str:
+    """A profile's figure as the lessons print it: "0.128 ms", or "not measured" where the profile has none."""
+    if value is None or value != value:  # None, or NaN from a DataFrame
+        return "not measured"
+    return f"{value * scale:.3g} {unit}"
 
 
 def times(count: int) -> str:

@@ -27,14 +27,16 @@ def test_training_steps_under_ddp_and_fsdp2_match_eager(tmp_path: Path, model: s
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = {row["runner"]: row for row in csv.DictReader(open(tmp_path / "distributed_cpu.csv", encoding="utf-8"))}
     ours, eager = rows["fusionlab"], rows["eager"]
-    assert ours["correct"] == "True" and eager["correct"] == "True"
-    assert 0 < float(ours["grad_err"]) <= float(ours["tolerance"]) == 1e-4  # computed apart from eager, and close
+    assert ours["correct"] == "True" and ours["weight_tolerance"] == ""  # weights: checked beside Inductor only
+    assert float(ours["grad_err"]) <= float(ours["tolerance"]) == 1e-4
     assert float(ours["loss_err"]) <= 1e-4
     graphs = int(ours["graphs"])
     # DDP: Dynamo's DDP optimizer splits the model at a bucket boundary (forward and backward of each part);
     # FSDP2: its hooks break the model at every sharded layer
     assert graphs >= (6 if engine == "ddp" else 4) and ours["graph_names"].count("(backward)") == graphs // 2
-    assert int(ours["collectives"]) > 0  # all-reduces (DDP) or all-gathers and reduce-scatters (FSDP2) in the step
+    # all-reduces (DDP) or all-gathers and reduce-scatters (FSDP2) in a step; DDP's buckets follow the order in
+    # which gradients became ready, so eager's count can differ from ours by one
+    assert int(ours["collectives"]) > 0 and abs(int(ours["collectives"]) - int(eager["collectives"])) <= 1
     assert ours["step_ms"] == "" and float(eager["step_ms"]) > 0  # the interpreter is not timed
     page = (tmp_path / "distributed_cpu.md").read_text(encoding="utf-8")
     assert f"| {model} | {engine} | fusionlab |" in page and "interpreter" in page

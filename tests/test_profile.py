@@ -263,6 +263,8 @@ def test_profile_on_cuda(tmp_path) -> None:
     for path in ("", "transformer.h.0", "transformer.h.0.mlp"):
         assert frame.loc[path, "eager_ms"] > 0 and frame.loc[path, "host_ms"] > 0 and frame.loc[path, "gpu_ms"] > 0
     assert frame.loc["", "inductor_ms"] > 0
+    for leaf in ("transformer.wte", "transformer.h.0.attn.c_attn", "lm_head"):  # leaves' kernels found their module
+        assert frame.loc[leaf, "gpu_ms"] > 0, leaf
     layer = frame.loc["transformer.h.0", "inductor_ms"]  # a layer's Inductor figure: whole, or none and said why
     assert layer > 0 or (layer != layer and any("not given on CUDA" in note for note in prof.notes))
     externs = kernels[kernels["kind"] == "extern"]  # cuBLAS's kernels found through the aten op that launched them
@@ -313,10 +315,10 @@ def test_cuda_kernels_are_linked_to_the_op_that_launched_them() -> None:
 
     from fusionlab.profile.cuda import gpu_kernels, module_gpu_ms
 
-    def event(id: int, name: str, device: Any, start: float, end: float, linked: int = 0, parent: Any = None,
+    def event(ident: int, name: str, device: Any, start: float, end: float, linked: int = 0, parent: Any = None,
               annotation: bool = False) -> SimpleNamespace:
         span = SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start)
-        return SimpleNamespace(id=id, name=name, device_type=device, time_range=span, linked_correlation_id=linked,
+        return SimpleNamespace(id=ident, name=name, device_type=device, time_range=span, linked_correlation_id=linked,
                                cpu_parent=parent, is_user_annotation=annotation, activity_type=None)
 
     block = event(7, "module: h.0", DeviceType.CPU, 0, 50)
@@ -335,3 +337,20 @@ def test_cuda_kernels_are_linked_to_the_op_that_launched_them() -> None:
     assert [(k.name, k.module, k.launchers[0]) for k in kernels] == [("sm90_gemm", "h.0.mlp", "aten::addmm"),
                                                                      ("gelu_kernel", "h.0.mlp", "aten::gelu")]
     assert module_gpu_ms(kernels) == {"h.0.mlp": pytest.approx(0.012)}
+
+    # torch 2.11: no linked_correlation_id on the FunctionEvents; Kineto's own events give it, by the kernel's id
+    from fusionlab.profile.cuda import device_links
+
+    def bare(item: SimpleNamespace) -> SimpleNamespace:
+        return SimpleNamespace(**{k: v for k, v in vars(item).items() if k != "linked_correlation_id"})
+
+    def raw(item: SimpleNamespace, linked: int) -> SimpleNamespace:
+        return SimpleNamespace(correlation_id=lambda: item.id, linked_correlation_id=lambda: linked,
+                               device_type=lambda: item.device_type, is_user_annotation=lambda: item.is_user_annotation)
+
+    old_events = [bare(e) for e in (block, mlp, addmm, fill, other, gemm, twin)]
+    results = SimpleNamespace(events=lambda: [raw(twin, 8), raw(gemm, 9)])
+    links = device_links(SimpleNamespace(profiler=SimpleNamespace(kineto_results=results)))
+    assert links == {4: 9}  # the annotation span left out
+    assert [(k.name, k.module) for k in gpu_kernels(old_events, links)] == [("sm90_gemm", "h.0.mlp")]
+    assert [k.module for k in gpu_kernels(old_events)] == [None]  # without the links: no module, not a wrong one

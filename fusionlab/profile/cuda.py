@@ -4,7 +4,7 @@ A kernel's device event is linked (by correlation id) to the host event that was
 walking that event's parents gives the ranges around the launch: a module's `record_function` range
 (`fusionlab.profile.eager`), a backward call. Times are µs, as the profiler gives them.
 
-    >>> kernels = gpu_kernels(profiler.events())
+    >>> kernels = gpu_kernels(profiler.events(), device_links(profiler))
     >>> kernels[0].name, kernels[0].module
 """
 
@@ -39,16 +39,16 @@ _RUNTIME = re.compile(r"^(cuda[A-Z]|cu[A-Z])")
 
 
 def device_links(profiler: Any) -> dict[int, int]:
-    """Each device event's start (ns from the trace's start) -> the correlation id of the op that launched it, read
-    from Kineto's own events: torch before 2.13 leaves `linked_correlation_id` off its FunctionEvents."""
+    """Each GPU kernel's id (CUPTI's correlation id, which its FunctionEvent's `id` is) -> the correlation id of the
+    op that launched it, read from Kineto's own events: torch before 2.13 leaves `linked_correlation_id` off its
+    FunctionEvents. The GPU timeline's annotation spans are left out (their ids are numbered apart)."""
     from torch.autograd import DeviceType
 
     results = getattr(getattr(profiler, "profiler", None), "kineto_results", None)
     if results is None:
         return {}
-    origin = results.trace_start_ns() if hasattr(results, "trace_start_ns") else results.trace_start_us() * 1000
-    return {event.start_ns() - origin: event.linked_correlation_id() for event in results.events()
-            if event.device_type() == DeviceType.CUDA}
+    return {event.correlation_id(): event.linked_correlation_id() for event in results.events()
+            if event.device_type() == DeviceType.CUDA and not event.is_user_annotation()}
 
 
 def gpu_kernels(events: Iterable[Any], links: Mapping[int, int] | None = None) -> list[GpuKernel]:
@@ -76,7 +76,7 @@ def gpu_kernels(events: Iterable[Any], links: Mapping[int, int] | None = None) -
         if launcher is None:  # else the op the kernel's linked correlation id names
             linked = getattr(event, "linked_correlation_id", None)
             if linked is None and links:
-                linked = links.get(round(event.time_range.start * 1000))
+                linked = links.get(event.id)
             launcher = host.get(linked) if linked else None
         module = None
         launchers = []

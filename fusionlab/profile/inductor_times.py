@@ -28,6 +28,7 @@ from fusionlab.fusion.fuse import common_module
 from fusionlab.inductor.adapter import parse_program
 from fusionlab.inductor.records import InductorKernel
 from fusionlab.measure.timing import is_device_kernel, quiet_cuda_toolkit_lookup
+from fusionlab.profile.cuda import collective_of
 from fusionlab.profile.profiler import quiet_profile
 
 __all__ = ["InductorTimes", "inductor_times"]
@@ -173,7 +174,7 @@ def _attribute_cuda(events: list[Any], kernels: list[tuple[int, InductorKernel, 
         by_name[kernel.name].add(module)
     total = unattributed = 0.0
     for event in events:
-        if not is_device_kernel(event):
+        if not is_device_kernel(event) or collective_of(event.name):  # NCCL's collectives: in neither total
             continue
         milliseconds = event.time_range.elapsed_us() / 1e3
         total += milliseconds

@@ -68,10 +68,12 @@ def fusionlab_columns(path: str, kernels: Sequence[KernelRecord]) -> dict[str, A
 
 def module_rows(model: torch.nn.Module, *, kernels: Sequence[KernelRecord], fusionlab_timing: str,
                 eager: Sequence[Mapping[str, float]] = (), inductor: Sequence[Mapping[str, float]] = (),
-                host: Mapping[str, float] | None = None, gpu: Mapping[str, float] | None = None
-                ) -> list[dict[str, Any]]:
+                host: Mapping[str, float] | None = None, gpu: Mapping[str, float] | None = None,
+                inductor_by_module: bool = True, unmatched_ms: float = 0.0) -> list[dict[str, Any]]:
     """The rows of `ModelProfile.modules`. `eager` holds each round's inclusive ms per module; `inductor` each
     round's ms of each module's own kernels; `host` and `gpu` eager's inclusive host and GPU ms (GPU: CUDA only).
+    `inductor_by_module=False` gives Inductor's figure to the model's row only (the rest are None: not known);
+    `unmatched_ms`, fusionlab's GPU time that matched no launch, counts in the model's row.
     """
     types = {path: type(module).__name__ for path, module in model.named_modules()}
     for record in kernels:  # a module only the kernels name (a path the model does not list): keep it
@@ -79,10 +81,13 @@ def module_rows(model: torch.nn.Module, *, kernels: Sequence[KernelRecord], fusi
     rows = []
     for path, kind in types.items():
         eager_spread = _spread(eager, path, own=False)
-        inductor_spread = _spread(inductor, path, own=True)
+        inductor_spread = _spread(inductor, path, own=True) if inductor_by_module or path == "" else None
+        ours = fusionlab_columns(path, kernels)
+        if path == "" and unmatched_ms:
+            ours["fusionlab_ms"] = (ours["fusionlab_ms"] or 0.0) + unmatched_ms
         rows.append({
             "module": path, "type": kind, "depth": 0 if path == "" else path.count(".") + 1,
-            **fusionlab_columns(path, kernels), "fusionlab_timing": fusionlab_timing,
+            **ours, "fusionlab_timing": fusionlab_timing,
             "eager_ms": eager_spread.median if eager_spread else None,
             "eager_low_ms": eager_spread.low if eager_spread else None,
             "eager_high_ms": eager_spread.high if eager_spread else None,

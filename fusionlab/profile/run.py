@@ -167,9 +167,10 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         session: list[cuda.GpuKernel] = []
         host: dict[str, float] | None = None
         cuda_rounds: list[dict[str, float]] = []
+        unmatched_ms = 0.0
         if on_cuda:
-            measured, host, cuda_rounds, trace, session, more = _cuda_session(tree, eager_step, our_step,
-                                                                              compiled, rounds)
+            measured, host, cuda_rounds, trace, session, more, unmatched_ms = _cuda_session(
+                tree, eager_step, our_step, compiled, rounds, train=train)
             notes.extend(more)
         records_by_graph: list[tuple[Any, list[KernelRecord]]] = []
         for graph in compiled:
@@ -212,11 +213,9 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     eager_medians = {k: v.median for k, v in _spreads(eager_per_round).items()}
     rows = module_rows(tree, kernels=kernels, fusionlab_timing=fusionlab_timing, eager=eager_per_round,
                        inductor=inductor_result.rounds if inductor_result else (),
-                       host=host if on_cuda else eager_medians, gpu=eager_medians if on_cuda else None)
-    if inductor_result is not None and not inductor_result.by_module:
-        for row in rows:
-            if row["module"]:
-                row.update(inductor_ms=None, inductor_low_ms=None, inductor_high_ms=None)
+                       host=host if on_cuda else eager_medians, gpu=eager_medians if on_cuda else None,
+                       inductor_by_module=inductor_result.by_module if inductor_result else True,
+                       unmatched_ms=unmatched_ms)
     if trace is None:
         trace = modelled_trace([(g.name, r) for g, r in records_by_graph], spans, profile=gpu,
                                model_name=type(tree).__name__, eager_note=eager_note)
@@ -257,11 +256,13 @@ def _measured_verdict(records: list[KernelRecord], kernels: list[cuda.GpuKernel]
 
 
 def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
-                  compiled: list[dynamo_backend.BackendGraph], rounds: int
+                  compiled: list[dynamo_backend.BackendGraph], rounds: int, *, train: bool
                   ) -> tuple[dict[str, dict[str, float]], dict[str, float], list[dict[str, float]], dict[str, Any],
-                             list[cuda.GpuKernel], list[str]]:
+                             list[cuda.GpuKernel], list[str], float]:
     """On CUDA: each graph's launches' µs per call (graph -> kernel name -> µs; extern calls too), eager's host ms
-    per module (median) and GPU ms per module and round (inclusive), and one step of eager and fusionlab traced."""
+    per module (median) and GPU ms per module and round (inclusive), one step of eager and fusionlab traced, notes,
+    and the ms per step of fusionlab's GPU kernels that matched no launch (they count in the model's row).
+    Collectives (NCCL's kernels) are in neither side's totals: a note gives them."""
     from torch.profiler import ProfilerActivity
 
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
@@ -285,11 +286,12 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
     total = sum(per_launch.values()) + left
     if total and left > 0.05 * total:
         notes.append(f"{left:.3g} µs per step of GPU kernels ({100 * left / total:.0f}%) matched no launch of "
-                     "fusionlab's programs: left out of the kernel table rather than guessed")
+                     "fusionlab's programs: counted in the model's row, in no module's or kernel's")
     eager_per_round: list[dict[str, float]] = []
     host_per_round: list[dict[str, float]] = []
     paths = [path for path, _ in model.named_modules()]
     orphans = 0.0
+    eager_collectives: dict[str, tuple[float, float]] = {}
     for _ in range(rounds):  # one profile per round, so that each round is a sample of the spread
         with ModuleClock(model, ranges=True), quiet_profile(activities) as profiler:
             eager_step()
@@ -297,10 +299,16 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
         kernels = cuda.gpu_kernels(events, cuda.device_links(profiler))
         host_per_round.append(cuda.host_ms_by_module(events))
         eager_per_round.append(inclusive(cuda.module_gpu_ms(kernels), paths))
-        # the model's own row: every kernel of the step (a backward's kernels are launched outside the modules)
-        eager_per_round[-1][""] = sum(k.end - k.start for k in kernels) / 1e3
-        orphans = sum(k.end - k.start for k in kernels if not k.module) / 1e3
-    if eager_per_round and orphans > 0.05 * eager_per_round[-1][""]:
+        # the model's own row: every kernel of the step (a backward's kernels are launched outside the modules),
+        # collectives apart, as on fusionlab's side
+        computing = [k for k in kernels if not cuda.collective_of(k.name)]
+        eager_per_round[-1][""] = sum(k.end - k.start for k in computing) / 1e3
+        orphans = sum(k.end - k.start for k in computing if not k.module) / 1e3
+        eager_collectives = cuda.collectives_us(kernels, 1)
+    if eager_collectives:
+        notes.append("collectives in eager's step: " + ", ".join(
+            f"{kind} x{count:g} {us / 1e3:.3g} ms" for kind, (count, us) in sorted(eager_collectives.items())))
+    if not train and eager_per_round and orphans > 0.05 * eager_per_round[-1][""]:
         notes.append(f"{orphans:.3g} ms of eager's {eager_per_round[-1]['']:.3g} ms of GPU kernels per step were "
                      "launched where no module's profiler range could be found around them: they count only in the "
                      "model's row, so a module's eager GPU figure can be short of its kernels")
@@ -314,4 +322,4 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
         trace = json.loads(path.read_text())
     session = cuda.gpu_kernels(profiler.events(), cuda.device_links(profiler))
     host = {path: Spread.of(r.get(path, 0.0) for r in host_per_round).median for path in paths}
-    return measured, host, eager_per_round, trace, session, notes
+    return measured, host, eager_per_round, trace, session, notes, left / 1e3
