@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import inspect
 import json
 import sys
@@ -354,3 +355,70 @@ def test_cuda_kernels_are_linked_to_the_op_that_launched_them() -> None:
     assert links == {4: 9}  # the annotation span left out
     assert [(k.name, k.module) for k in gpu_kernels(old_events, links)] == [("sm90_gemm", "h.0.mlp")]
     assert [k.module for k in gpu_kernels(old_events)] == [None]  # without the links: no module, not a wrong one
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x)) * 2
+
+
+class _Layers(torch.nn.Module):
+    """Three identical layers: Inductor launches one Triton kernel for all three."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Layer() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_inductor_launches_are_read_per_call_and_given_to_their_layer() -> None:
+    """On CUDA Inductor's time per module comes from every launch in order: the kernel it launches for each of three
+    identical layers is each layer's at its place (not their common parent's), cuBLAS's kernels the extern call's
+    whose aten op launched them, NCCL's in neither."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from fusionlab.inductor.adapter import parse_program
+    from fusionlab.profile.inductor_times import _attribute_cuda, _launch_name, _module_of
+
+    torch.manual_seed(0)
+    ex = fl.explore(_Layers(), torch.randn(8, 16))
+    view = ex.inductor(cpu_backend="triton")
+    kernels = parse_program(view.wrapper_source, ex.captured.aten_nodes)
+    calls = parse_program(view.wrapper_source, ex.captured.aten_nodes, per_call=True)
+    modules = {node.name: node.module for node in ex.captured.aten_nodes}
+    claims = collections.Counter(name for call in calls for name in set(call.node_names))
+    launches = [(_launch_name(0, place, call), _module_of(call, modules, claims)) for place, call in enumerate(calls)]
+    generated = [(name, module) for (name, extern), module in launches if not extern]
+    assert len(generated) == 3 and len({name for name, _ in generated}) == 1 < len(calls) - len(kernels) + 1
+    assert [module for _, module in generated] == ["layers.0", "layers.1", "layers.2"]
+    assert [module for (_, extern), module in launches if extern] == [f"layers.{i}.linear" for i in range(3)]
+
+    # the GPU's stream for one step: per layer a cuBLAS kernel launched by aten::addmm, then the shared kernel
+    def event(ident: int, name: str, device: Any, start: float, parent: Any = None) -> SimpleNamespace:
+        span = SimpleNamespace(start=start, end=start + 2.0 + (name == "gemm"), elapsed_us=lambda: 2.0)
+        return SimpleNamespace(id=ident, name=name, device_type=device, time_range=span, cpu_parent=parent,
+                               is_user_annotation=False, activity_type=None)
+
+    events, clock = [], 0.0
+    for layer in range(3):
+        op = event(100 + layer, "aten::addmm", DeviceType.CPU, clock)
+        events += [op, event(200 + layer, "cudaLaunchKernel", DeviceType.CPU, clock + 0.5, parent=op),
+                   event(200 + layer, "gemm", DeviceType.CUDA, clock + 10),
+                   event(300 + layer, generated[0][0], DeviceType.CUDA, clock + 20)]
+        clock += 40
+    events.append(event(400, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", DeviceType.CUDA, clock))
+    per_module: dict[str, float] = collections.defaultdict(float)
+    total, unattributed = _attribute_cuda(events, {}, launches, per_module)
+    assert total == pytest.approx(0.015) and unattributed == pytest.approx(0.0)  # 3 x (3 + 2) µs; NCCL apart
+    assert dict(per_module) == {**{f"layers.{i}": pytest.approx(0.002) for i in range(3)},
+                                **{f"layers.{i}.linear": pytest.approx(0.003) for i in range(3)}}

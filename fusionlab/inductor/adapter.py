@@ -115,7 +115,7 @@ def inductor_view(
     graph_of_kernel: list[int] = []
     launches = 0
     for index, code in enumerate(codes):
-        parsed, count = _parse_wrapper(code)
+        parsed, count, _ = _parse_wrapper(code)
         # A graph break gives several graphs, whose kernel numbering restarts: tell them apart.
         kernels.extend(replace(k, name=f"{k.name}@graph{index}") if index else k for k in parsed)
         graph_of_kernel.extend([index] * len(parsed))
@@ -162,11 +162,17 @@ def compile_inductor(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[C
     return compiled, seconds
 
 
-def parse_program(code: str, captured_node_names: CapturedNodes | None = None) -> tuple[InductorKernel, ...]:
+def parse_program(code: str, captured_node_names: CapturedNodes | None = None, *,
+                  per_call: bool = False) -> tuple[InductorKernel, ...]:
     """The kernels and extern calls of one program Inductor generated (a wrapper's source, as
     `run_and_get_code` returns it), in launch order, matched onto our captured nodes when they are given
-    (as `inductor_view` does). Used by `fusionlab.profile` to attribute a profiled kernel to our modules."""
-    kernels, _ = _parse_wrapper(code)
+    (as `inductor_view` does). Used by `fusionlab.profile` to attribute a profiled kernel to our modules.
+
+    `per_call=True` gives one entry per launch instead of one per kernel: Inductor launches one kernel for every
+    identical layer, and each launch then takes its own layer's nodes."""
+    kernels, _, calls = _parse_wrapper(code)
+    if per_call:
+        kernels = calls
     if captured_node_names is not None:
         kernels = match_nodes(kernels, captured_pairs(captured_node_names))
     return tuple(kernels)
@@ -423,8 +429,9 @@ _NUM_GB = re.compile(r"'kernel_num_gb': (?P<value>[0-9.eE+-]+)")
 _FLOP = re.compile(r"'kernel_flop': (?P<value>[0-9]+)")
 
 
-def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
-    """The kernels of one wrapper module, in launch order, and the number of launches per call."""
+def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int, list[InductorKernel]]:
+    """The kernels of one wrapper module, in launch order, the number of launches per call, and every launch in
+    order (a kernel launched for several layers once for each)."""
     definitions: dict[str, InductorKernel] = {}
     for match in _DEFINITION.finditer(code):
         name, body = match["name"], match["body"]
@@ -449,6 +456,7 @@ def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
     pending_nodes: tuple[str, ...] = ()
     pending_ops: tuple[str, ...] = ()
     extern_comments: dict[str, tuple[str, ...]] = {}
+    calls: list[tuple[str, InductorKernel | None]] = []  # (name, the launch's own record; None: an extern's)
     for line in _call_body(program):
         stripped = line.strip()
         fused = _FUSED_NODES.search(stripped)
@@ -462,9 +470,10 @@ def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
         if launched and launched["name"] in definitions:
             name = launched["name"]
             launches += 1
-            if name not in ordered:
-                ordered[name] = replace(definitions[name], scheduler_nodes=pending_nodes,
-                                        buffers=tuple(_BUFFER.findall(stripped)))
+            launch = replace(definitions[name], scheduler_nodes=pending_nodes,
+                             buffers=tuple(_BUFFER.findall(stripped)))
+            ordered.setdefault(name, launch)
+            calls.append((name, launch))
             pending_nodes = ()
             continue
         extern = _EXTERN_CALL.search(stripped)
@@ -476,6 +485,7 @@ def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
             ordered[name] = InductorKernel(name, stripped, "extern", ops, (), None, None,
                                            buffers=tuple(_BUFFER.findall(stripped)))
             extern_comments[name] = pending_ops
+            calls.append((name, None))
         if not stripped.startswith("del "):
             pending_ops = ()
     for name, kernel in definitions.items():  # defined but never launched: keep, at the end
@@ -486,7 +496,7 @@ def _parse_wrapper(code: str) -> tuple[list[InductorKernel], int]:
     for name, ops in extern_comments.items():
         extra = tuple(op for op in ops if op not in claimed and op not in ordered[name].aten_ops)
         ordered[name] = replace(ordered[name], aten_ops=ordered[name].aten_ops + extra)
-    return list(ordered.values()), launches
+    return list(ordered.values()), launches, [launch or ordered[name] for name, launch in calls]
 
 
 def _call_body(program: str) -> list[str]:

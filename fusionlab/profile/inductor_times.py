@@ -5,9 +5,11 @@ Each program Inductor generates is parsed by the adapter (`fusionlab.inductor.ad
 matches its kernels onto the aten nodes of the fusionlab graph compiled for the same Dynamo graph (Dynamo splits a
 model the same way for both backends, in the same order), and those nodes carry their module. On a CPU the C++
 kernels are profiled with `cpp.enable_kernel_profile` (one profiler range per kernel) and an extern call (mm,
-addmm, bmm) is the i-th call of its op in the program; on CUDA each Triton kernel's GPU time is read by its name.
-Time the profile cannot attribute (allocations, the wrapper's Python, a kernel whose name is not unique) is kept
-apart as unattributed, never spread over modules.
+addmm, bmm) is the i-th call of its op in the program; on CUDA the GPU's kernels are read against every launch of
+the programs in order (`parse_program(per_call=True)`: a kernel Inductor launches for each identical layer is each
+layer's at its place; cuBLAS's kernels go to the extern call whose aten op launched them). Time the profile cannot
+attribute (allocations, the wrapper's Python, a kernel that matches no launch) is kept apart as unattributed, never
+spread over modules.
 
     >>> times = inductor_times(step, explorations, rounds=3, device=torch.device("cpu"))
     >>> times.per_module["transformer.h.0.mlp"]          # ms per round
@@ -27,8 +29,8 @@ import torch
 from fusionlab.fusion.fuse import common_module
 from fusionlab.inductor.adapter import parse_program
 from fusionlab.inductor.records import InductorKernel
-from fusionlab.measure.timing import is_device_kernel, quiet_cuda_toolkit_lookup
-from fusionlab.profile.cuda import collective_of
+from fusionlab.measure.timing import quiet_cuda_toolkit_lookup
+from fusionlab.profile.cuda import collective_of, device_links, gpu_kernels, launch_times
 from fusionlab.profile.profiler import quiet_profile
 
 __all__ = ["InductorTimes", "inductor_times"]
@@ -100,13 +102,20 @@ def inductor_times(step: Callable[[], Any], explorations: Sequence[Any], *, roun
         claims = collections.Counter(name for kernel in program for name in set(kernel.node_names))
         result.kernels.extend((index, kernel, _module_of(kernel, modules[index], claims)) for kernel in program)
     owner = {(index, kernel.name): module for index, kernel, module in result.kernels}
+    launches: list[tuple[tuple[str, bool], str]] = []  # CUDA: every launch in order, ((name, extern), its module)
+    if device.type == "cuda":
+        for index, code in enumerate(codes):
+            calls = parse_program(code, explorations[index].captured.aten_nodes if matched else None, per_call=True)
+            claims = collections.Counter(name for call in calls for name in set(call.node_names))
+            launches.extend((_launch_name(index, place, call), _module_of(call, modules[index], claims))
+                            for place, call in enumerate(calls))
 
     step()  # the call after the compile still pays one-time costs (the first profiled round was 100x slower)
     for _ in range(rounds):
-        events = _profiled(step, device)
+        events, links = _profiled(step, device)
         per_module: dict[str, float] = collections.defaultdict(float)
         if device.type == "cuda":
-            total, unattributed = _attribute_cuda(events, result.kernels, per_module)
+            total, unattributed = _attribute_cuda(events, links, launches, per_module)
         else:
             total, unattributed = _attribute_cpu(events, programs, owner, per_module)
         per_module[""] += unattributed  # the model's own row holds what no module's kernels explain
@@ -117,13 +126,22 @@ def inductor_times(step: Callable[[], Any], explorations: Sequence[Any], *, roun
     if device.type == "cuda" and share > 0.05:
         result.by_module = False
         result.notes.append(
-            f"Inductor's time per module is not given on CUDA: {100 * share:.0f}% of its GPU time is in kernels no "
-            "module can be told from (its cuBLAS calls, and the one Triton kernel it launches for every identical "
-            "layer), so a layer's figure would be a part of it; its whole step is the model's row")
+            f"Inductor's time per module is not given on CUDA: {100 * share:.0f}% of its GPU time is in kernels "
+            "that matched none of its launches, so a layer's figure would be a part of it; its whole step is the "
+            "model's row")
     return result
 
 
-def _profiled(step: Callable[[], Any], device: torch.device) -> list[Any]:
+def _launch_name(program: int, place: int, call: InductorKernel) -> tuple[str, bool]:
+    """A launch as `fusionlab.profile.cuda.launch_times` reads a program: a Triton kernel by its name (the GPU
+    event's), an extern call by the aten op whose host event launches its library kernels."""
+    if call.language != "extern":
+        return call.name, False
+    op = call.aten_ops[0] if call.aten_ops else "unknown"
+    return f"inductor_{program}_{place}_aten_{op}", True
+
+
+def _profiled(step: Callable[[], Any], device: torch.device) -> tuple[list[Any], dict[int, int]]:
     from torch.profiler import ProfilerActivity
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -131,7 +149,7 @@ def _profiled(step: Callable[[], Any], device: torch.device) -> list[Any]:
         step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-    return list(profiler.events())
+    return list(profiler.events()), device_links(profiler) if device.type == "cuda" else {}
 
 
 def _attribute_cpu(events: list[Any], programs: list[tuple[InductorKernel, ...]],
@@ -166,21 +184,18 @@ def _attribute_cpu(events: list[Any], programs: list[tuple[InductorKernel, ...]]
     return total, max(0.0, total - attributed)
 
 
-def _attribute_cuda(events: list[Any], kernels: list[tuple[int, InductorKernel, str]],
+def _attribute_cuda(events: list[Any], links: dict[int, int], launches: list[tuple[tuple[str, bool], str]],
                     per_module: dict[str, float]) -> tuple[float, float]:
-    """Each GPU kernel by its name, where one program's kernel has it (Inductor's names repeat across graphs)."""
-    by_name: dict[str, set[str]] = collections.defaultdict(set)
-    for _, kernel, module in kernels:
-        by_name[kernel.name].add(module)
-    total = unattributed = 0.0
-    for event in events:
-        if not is_device_kernel(event) or collective_of(event.name):  # NCCL's collectives: in neither total
-            continue
-        milliseconds = event.time_range.elapsed_us() / 1e3
-        total += milliseconds
-        owners = by_name.get(event.name)
-        if owners is not None and len(owners) == 1:
-            per_module[next(iter(owners))] += milliseconds
-        else:
-            unattributed += milliseconds
-    return total, unattributed
+    """Each GPU kernel given to the launch of Inductor's programs it belongs to, in program order (a Triton kernel
+    by name and place, so that the one kernel Inductor launches for every identical layer is told apart; a library
+    kernel by the aten op that launched it), and so to that launch's module. Collectives are in neither figure."""
+    kernels = [k for k in gpu_kernels(events, links) if not collective_of(k.name)]
+    total = sum(k.end - k.start for k in kernels) / 1e3
+    if not launches:
+        return total, total
+    times, _ = launch_times([launch for launch, _ in launches], kernels, calls=1)
+    attributed = 0.0
+    for index, microseconds in times.items():
+        per_module[launches[index][1]] += microseconds / 1e3
+        attributed += microseconds / 1e3
+    return total, max(0.0, total - attributed)
