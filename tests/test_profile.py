@@ -156,6 +156,12 @@ def test_with_fusion_moves_the_modelled_time(gpt2: tuple) -> None:
     assert changed.module("")["eager_ms"] == prof.module("")["eager_ms"]  # measured figures unchanged
     assert "what-if" in changed.module("")["fusionlab_timing"]
     assert len(prof.kernels) == sum(g.kernels + g.externs for g in prof.graphs)  # the original is untouched
+    # on CUDA, GPU time that matched no launch is in the model's row: a what-if keeps it there
+    from dataclasses import replace
+
+    unmatched = replace(prof, unmatched_ms=2.0).with_fusion(0, forbid=[(decision.producer, decision.consumer)])
+    assert unmatched.module("")["fusionlab_ms"] == pytest.approx(changed.module("")["fusionlab_ms"] + 2.0)
+    assert unmatched.module("transformer")["fusionlab_ms"] == changed.module("transformer")["fusionlab_ms"]
 
 
 def test_training_graphs_and_saved_bytes(trained: tuple) -> None:
@@ -294,7 +300,8 @@ def test_cuda_launches_are_read_in_program_order() -> None:
         for name, launchers in stream:
             kernels.append(GpuKernel(name, clock, clock + 2.0 + len(kernels) % 2, None, launchers))
             clock += 4.0
-    times, left = launch_times(program, kernels, calls=2)
+    times, left, skipped = launch_times(program, kernels, calls=2)
+    assert skipped == 0
     assert times == {0: 2.0, 1: 3.0, 2: 5.0, 3: 2.0}  # µs per step; flash attention's two kernels both counted
     assert left == pytest.approx(3.0)  # the fill no launch of ours made
     # DDP's all-reduce between the two graphs: neither ours nor left over, but a collective with its time
@@ -302,7 +309,17 @@ def test_cuda_launches_are_read_in_program_order() -> None:
 
     nccl = GpuKernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1.0, 41.0, None)
     with_comms = kernels[:3] + [nccl] + kernels[3:]
-    assert launch_times(program, with_comms, calls=2) == (times, left)
+    assert launch_times(program, with_comms, calls=2) == (times, left, 0)
+
+    # three calls of one library op in a row (q, k and v projections): each call's kernels are its own launch's
+    mm = [(f"extern_{i}_aten_mm_default", True) for i in range(3)] + [("pointwise_3_add", False)]
+    stream = [GpuKernel("gemm", 10.0 * i, 10.0 * i + 1 + i, None, ("aten::mm",), op=70 + i) for i in range(3)]
+    stream.append(GpuKernel("pointwise_3_add", 40.0, 41.0, None))
+    assert launch_times(mm, stream, calls=1) == ({0: 1.0, 1: 2.0, 2: 3.0, 3: 1.0}, 0.0, 0)
+    # a generated kernel found past another generated launch that never ran: the order was not the program's
+    assert launch_times(mm, stream[3:] + stream[:3], calls=1).skipped == 0
+    assert launch_times([("pointwise_0_a", False), ("pointwise_1_b", False)],
+                        [GpuKernel("pointwise_1_b", 0.0, 1.0, None)], calls=1).skipped == 1
     assert collectives_us(with_comms, calls=2) == {"AllReduce": (0.5, 20.0)}
 
 

@@ -14,13 +14,13 @@ import collections
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from fusionlab.measure.timing import is_device_kernel
 from fusionlab.profile.eager import RANGE_PREFIX
 
-__all__ = ["GpuKernel", "collective_of", "collectives_us", "device_links", "gpu_kernels", "host_ms_by_module",
-           "kernel_us_by_name", "launch_times", "module_gpu_ms"]
+__all__ = ["GpuKernel", "Launches", "collective_of", "collectives_us", "device_links", "gpu_kernels",
+           "host_ms_by_module", "kernel_us_by_name", "launch_times", "module_gpu_ms"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,16 @@ class GpuKernel:
     end: float
     module: str | None  # None: launched outside every module range
     launchers: tuple[str, ...] = ()  # the host events around its launch, innermost first ("aten::addmm", ...)
+    op: int | None = None  # the id of the outermost aten op around its launch: one call, whatever it launched
+
+
+class Launches(NamedTuple):
+    """`launch_times`'s reading: µs per call of each launch, µs per call left over, and how many generated kernels
+    were found past launches of the program that never ran (the GPU ran the programs in another order)."""
+
+    times: dict[int, float]
+    left: float
+    skipped: int
 
 
 #: the CUDA runtime's and driver's host events (cudaLaunchKernel, cuLaunchKernelEx, ...): not the user's ops
@@ -80,12 +90,16 @@ def gpu_kernels(events: Iterable[Any], links: Mapping[int, int] | None = None) -
             launcher = host.get(linked) if linked else None
         module = None
         launchers = []
+        op = None
         while launcher is not None:
             if module is None and launcher.name.startswith(RANGE_PREFIX):
                 module = launcher.name[len(RANGE_PREFIX):]
+            if launcher.name.startswith("aten::"):
+                op = launcher.id
             launchers.append(launcher.name)
             launcher = launcher.cpu_parent
-        kernels.append(GpuKernel(event.name, event.time_range.start, event.time_range.end, module, tuple(launchers)))
+        kernels.append(GpuKernel(event.name, event.time_range.start, event.time_range.end, module, tuple(launchers),
+                                 op))
     return sorted(kernels, key=lambda k: k.start)
 
 
@@ -121,25 +135,31 @@ def _calls_op(launch: str, kernel: GpuKernel) -> bool:
     return any(f"_aten_{op}_" in launch + "_" or launch.endswith(f"_aten_{op}") for op in ops)
 
 
-def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKernel], calls: int
-                 ) -> tuple[dict[int, float], float]:
+def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKernel], calls: int) -> Launches:
     """µs per call of each launch of `program` ((name, is extern) in launch order, every graph of a step in the
     order they run), read from the GPU kernels of `calls` steps run back to back, and the µs per call left over.
 
     A generated kernel is found by its name, the next one of that name in the program; a kernel of another name
     (cuBLAS's, flash attention's) belongs to the extern launch at that point of the program whose aten op is one of
-    its host events (an extern may launch several kernels). What matches nothing is left over, not guessed."""
+    its host events (an extern may launch several kernels, all under one op call: a kernel under another call of
+    the same op is the next launch's). What matches nothing is left over, not guessed."""
     times: dict[int, float] = collections.defaultdict(float)
     left = 0.0
+    skipped = 0
     size = len(program)
     generated = {name for name, extern in program if not extern}
     position = 0  # the program's launch the stream has reached (cyclic: the steps run back to back)
+    current: int | None = None  # the op call the extern launch at `position` has matched kernels of
     for kernel in kernels:
         if collective_of(kernel.name):  # NCCL's, launched by DDP or FSDP between our graphs: `collectives_us`
             continue
+        start = position
+        if (size and kernel.name not in generated and program[position][1] and current is not None
+                and kernel.op is not None and kernel.op != current):
+            start = (position + 1) % size  # that extern's call is over: this kernel is a later launch's
         found = None
         for offset in range(size):
-            index = (position + offset) % size
+            index = (start + offset) % size
             name, extern = program[index]
             if kernel.name in generated:
                 if not extern and name == kernel.name:
@@ -153,9 +173,11 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
         if found is None:
             left += kernel.end - kernel.start
             continue
+        if not program[found][1]:
+            skipped += sum(1 for step in range(offset) if not program[(start + step) % size][1])
         times[found] += kernel.end - kernel.start
-        position = found if program[found][1] else (found + 1) % size
-    return {index: value / calls for index, value in times.items()}, left / calls
+        position, current = (found, kernel.op) if program[found][1] else ((found + 1) % size, None)
+    return Launches({index: value / calls for index, value in times.items()}, left / calls, skipped)
 
 
 _NCCL = re.compile(r"^nccl(?:Dev)?Kernel_(?P<kind>[A-Za-z]+)")

@@ -90,8 +90,9 @@ def inductor_times(step: Callable[[], Any], explorations: Sequence[Any], *, roun
     result.compile_s = time.perf_counter() - start
     matched = len(codes) == len(explorations)
     if not matched:
+        result.by_module = False  # every kernel would land in the model's row, and each module read 0
         result.notes.append(f"Inductor made {len(codes)} programs where fusionlab made {len(explorations)} graphs: "
-                            "its kernels are not matched to modules (their time is unattributed)")
+                            "its kernels are not matched to modules; its whole step is the model's row")
     programs: list[tuple[InductorKernel, ...]] = []
     modules: list[dict[str, str]] = []
     for index, code in enumerate(codes):
@@ -123,7 +124,7 @@ def inductor_times(step: Callable[[], Any], explorations: Sequence[Any], *, roun
         result.total.append(total)
         result.unattributed.append(unattributed)
     share = sum(result.unattributed) / sum(result.total) if sum(result.total) else 0.0
-    if device.type == "cuda" and share > 0.05:
+    if device.type == "cuda" and share > 0.05 and result.by_module:
         result.by_module = False
         result.notes.append(
             f"Inductor's time per module is not given on CUDA: {100 * share:.0f}% of its GPU time is in kernels "
@@ -193,9 +194,11 @@ def _attribute_cuda(events: list[Any], links: dict[int, int], launches: list[tup
     total = sum(k.end - k.start for k in kernels) / 1e3
     if not launches:
         return total, total
-    times, _ = launch_times([launch for launch, _ in launches], kernels, calls=1)
+    reading = launch_times([launch for launch, _ in launches], kernels, calls=1)
+    if reading.skipped:  # the programs ran in another order than compiled: no kernel's place can be trusted
+        return total, total
     attributed = 0.0
-    for index, microseconds in times.items():
+    for index, microseconds in reading.times.items():
         per_module[launches[index][1]] += microseconds / 1e3
         attributed += microseconds / 1e3
     return total, max(0.0, total - attributed)

@@ -57,6 +57,7 @@ class ModelProfile:
     trace_events: dict[str, Any]
     threads: int | None
     rounds: int
+    unmatched_ms: float = 0.0  # CUDA: fusionlab's GPU ms per step that matched no launch (in the model's row)
 
     # ---- tables -----------------------------------------------------------------------------------------
 
@@ -128,8 +129,9 @@ class ModelProfile:
             row["graph"] == old.name for row in self.kernel_rows) else len(kernels)
         kernels[position:position] = records
         timings = {str(row["fusionlab_timing"]) for row in self.module_rows} | {label}
-        modules = tuple({**row, **fusionlab_columns(row["module"], kernels), "fusionlab_timing": "; ".join(
-            sorted(timings))} for row in self.module_rows)
+        modules = tuple({**row, **fusionlab_columns(row["module"], kernels, self.unmatched_ms if row["module"] == ""
+                                                    else 0.0),
+                         "fusionlab_timing": "; ".join(sorted(timings))} for row in self.module_rows)
         return replace(self, graphs=tuple(new_graph if g is old else g for g in self.graphs), module_rows=modules,
                        kernel_rows=tuple(r.row() for r in kernels),
                        notes=self.notes + (f"what-if: {old.name} re-fused with forbid={list(forbid)}, "

@@ -57,13 +57,15 @@ def _spread(per_round: Sequence[Mapping[str, float]], path: str, *, own: bool) -
     return Spread.of(present) if present else None
 
 
-def fusionlab_columns(path: str, kernels: Sequence[KernelRecord]) -> dict[str, Any]:
-    """A module's kernels, externs, bytes and fusionlab time (the kernels under it)."""
+def fusionlab_columns(path: str, kernels: Sequence[KernelRecord], unmatched_ms: float = 0.0) -> dict[str, Any]:
+    """A module's kernels, externs, bytes and fusionlab time (the kernels under it, and `unmatched_ms`: GPU time
+    that matched no launch, which only the model's row holds)."""
     mine = [r for r in kernels if under(r.module, path)]
     timed = [r.time_us for r in mine if r.time_us is not None]
     externs = sum(1 for r in mine if r.kind == "extern")
+    milliseconds = sum(timed) / 1e3 + unmatched_ms if timed or unmatched_ms else None
     return {"kernels": len(mine) - externs, "externs": externs,
-            "bytes": sum(r.bytes for r in mine), "fusionlab_ms": sum(timed) / 1e3 if timed else None}
+            "bytes": sum(r.bytes for r in mine), "fusionlab_ms": milliseconds}
 
 
 def module_rows(model: torch.nn.Module, *, kernels: Sequence[KernelRecord], fusionlab_timing: str,
@@ -82,9 +84,7 @@ def module_rows(model: torch.nn.Module, *, kernels: Sequence[KernelRecord], fusi
     for path, kind in types.items():
         eager_spread = _spread(eager, path, own=False)
         inductor_spread = _spread(inductor, path, own=True) if inductor_by_module or path == "" else None
-        ours = fusionlab_columns(path, kernels)
-        if path == "" and unmatched_ms:
-            ours["fusionlab_ms"] = (ours["fusionlab_ms"] or 0.0) + unmatched_ms
+        ours = fusionlab_columns(path, kernels, unmatched_ms if path == "" else 0.0)
         rows.append({
             "module": path, "type": kind, "depth": 0 if path == "" else path.count(".") + 1,
             **ours, "fusionlab_timing": fusionlab_timing,

@@ -235,7 +235,8 @@ def _profile(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
                 + " per kernel, each kernel counted at the module its aten nodes share (a kernel spanning modules "
                   "counts at their common parent)"
                 + f"; {rounds} round{'s' * (rounds != 1)}, median (fastest-slowest)"),
-        notes=tuple(notes), trace_events=trace, threads=threads if not on_cuda else None, rounds=rounds)
+        notes=tuple(notes), trace_events=trace, threads=threads if not on_cuda else None, rounds=rounds,
+        unmatched_ms=unmatched_ms)
 
 
 def _spreads(per_round: list[dict[str, float]]) -> dict[str, Spread]:
@@ -274,7 +275,11 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
     program = [(graph.name, name, group.kind == "extern") for graph in compiled
                for group, name in launched(graph.exploration)]
     ours = cuda.gpu_kernels(profiler.events(), cuda.device_links(profiler))
-    per_launch, left = cuda.launch_times([(name, extern) for _, name, extern in program], ours, rounds)
+    per_launch, left, skipped = cuda.launch_times([(name, extern) for _, name, extern in program], ours, rounds)
+    if skipped:
+        notes.append(f"{skipped} of fusionlab's kernel launches per reading were passed over: the GPU ran its graphs "
+                     "in an order other than the one they were compiled in, so some kernels' times may be another "
+                     "launch's of the same name")
     collectives = cuda.collectives_us(ours, rounds)
     if collectives:
         notes.append("collectives between fusionlab's kernels, per step: " + ", ".join(
@@ -298,10 +303,10 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
         events = list(profiler.events())
         kernels = cuda.gpu_kernels(events, cuda.device_links(profiler))
         host_per_round.append(cuda.host_ms_by_module(events))
-        eager_per_round.append(inclusive(cuda.module_gpu_ms(kernels), paths))
-        # the model's own row: every kernel of the step (a backward's kernels are launched outside the modules),
-        # collectives apart, as on fusionlab's side
+        # collectives apart, as on fusionlab's side (FSDP's all-gathers run in the parent's range)
         computing = [k for k in kernels if not cuda.collective_of(k.name)]
+        eager_per_round.append(inclusive(cuda.module_gpu_ms(computing), paths))
+        # the model's own row: every kernel of the step (a backward's kernels are launched outside the modules)
         eager_per_round[-1][""] = sum(k.end - k.start for k in computing) / 1e3
         orphans = sum(k.end - k.start for k in computing if not k.module) / 1e3
         eager_collectives = cuda.collectives_us(kernels, 1)
