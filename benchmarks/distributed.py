@@ -37,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import fusionlab  # noqa: F401 - registers backend="fusionlab"
 from fusionlab import dynamo_backend, models
-from fusionlab.profile.cuda import collectives_us, device_links, gpu_kernels
+from fusionlab.profile.cuda import collectives_us, kernels_of
 from fusionlab.profile.profiler import quiet_profile
 
 COLUMNS = ["model", "engine", "runner", "world", "device", "dtype", "size", "steps", "step_ms", "first_step_s",
@@ -127,7 +127,7 @@ def _collectives(profiler: Any, device: torch.device) -> tuple[int, float]:
     from torch.autograd import DeviceType
 
     if device.type == "cuda":
-        found = collectives_us(gpu_kernels(profiler.events(), device_links(profiler)), calls=1)
+        found = collectives_us(kernels_of(profiler), calls=1)
         return round(sum(count for count, _ in found.values())), sum(us for _, us in found.values()) / 1e3
     spans = [e for e in profiler.events() if e.device_type == DeviceType.CPU and e.name.startswith("gloo:")]
     return len(spans), sum(e.time_range.elapsed_us() for e in spans) / 1e3

@@ -405,7 +405,8 @@ def test_inductor_launches_are_read_per_call_and_given_to_their_layer() -> None:
     from torch.autograd import DeviceType
 
     from fusionlab.inductor.adapter import parse_program
-    from fusionlab.profile.inductor_times import _attribute_cuda, _launch_name, _module_of
+    from fusionlab.profile.cuda import gpu_kernels
+    from fusionlab.profile.inductor_times import _attribute_cuda, _launch_name, _owners
 
     torch.manual_seed(0)
     ex = fl.explore(_Layers(), torch.randn(8, 16))
@@ -413,8 +414,8 @@ def test_inductor_launches_are_read_per_call_and_given_to_their_layer() -> None:
     kernels = parse_program(view.wrapper_source, ex.captured.aten_nodes)
     calls = parse_program(view.wrapper_source, ex.captured.aten_nodes, per_call=True)
     modules = {node.name: node.module for node in ex.captured.aten_nodes}
-    claims = collections.Counter(name for call in calls for name in set(call.node_names))
-    launches = [(_launch_name(0, place, call), _module_of(call, modules, claims)) for place, call in enumerate(calls)]
+    launches = [(_launch_name(0, place, call), module)
+                for place, (call, module) in enumerate(zip(calls, _owners(calls, modules)))]
     generated = [(name, module) for (name, extern), module in launches if not extern]
     assert len(generated) == 3 and len({name for name, _ in generated}) == 1 < len(calls) - len(kernels) + 1
     assert [module for _, module in generated] == ["layers.0", "layers.1", "layers.2"]
@@ -435,7 +436,7 @@ def test_inductor_launches_are_read_per_call_and_given_to_their_layer() -> None:
         clock += 40
     events.append(event(400, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", DeviceType.CUDA, clock))
     per_module: dict[str, float] = collections.defaultdict(float)
-    total, unattributed = _attribute_cuda(events, {}, launches, per_module)
+    total, unattributed = _attribute_cuda(gpu_kernels(events), launches, per_module)
     assert total == pytest.approx(0.015) and unattributed == pytest.approx(0.0)  # 3 x (3 + 2) µs; NCCL apart
     assert dict(per_module) == {**{f"layers.{i}": pytest.approx(0.002) for i in range(3)},
                                 **{f"layers.{i}.linear": pytest.approx(0.003) for i in range(3)}}

@@ -4,7 +4,7 @@ A kernel's device event is linked (by correlation id) to the host event that was
 walking that event's parents gives the ranges around the launch: a module's `record_function` range
 (`fusionlab.profile.eager`), a backward call. Times are µs, as the profiler gives them.
 
-    >>> kernels = gpu_kernels(profiler.events(), device_links(profiler))
+    >>> kernels = kernels_of(profiler)          # gpu_kernels(profiler.events(), device_links(profiler))
     >>> kernels[0].name, kernels[0].module
 """
 
@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 from fusionlab.measure.timing import is_device_kernel
 from fusionlab.profile.eager import RANGE_PREFIX
 
-__all__ = ["GpuKernel", "Launches", "collective_of", "collectives_us", "device_links", "gpu_kernels",
-           "host_ms_by_module", "kernel_us_by_name", "launch_times", "module_gpu_ms"]
+__all__ = ["GpuKernel", "Launches", "collective_of", "collectives_text", "collectives_us", "device_links",
+           "gpu_kernels", "host_ms_by_module", "kernel_us_by_name", "kernels_of", "launch_times", "module_gpu_ms"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,11 @@ def gpu_kernels(events: Iterable[Any], links: Mapping[int, int] | None = None) -
         kernels.append(GpuKernel(event.name, event.time_range.start, event.time_range.end, module, tuple(launchers),
                                  op))
     return sorted(kernels, key=lambda k: k.start)
+
+
+def kernels_of(profiler: Any) -> list[GpuKernel]:
+    """The GPU kernels of a finished `torch.profiler.profile`, each with its launching op and module."""
+    return gpu_kernels(profiler.events(), device_links(profiler))
 
 
 def module_gpu_ms(kernels: Sequence[GpuKernel]) -> dict[str, float]:
@@ -199,3 +204,8 @@ def collectives_us(kernels: Sequence[GpuKernel], calls: int) -> dict[str, tuple[
             totals[kind][0] += 1
             totals[kind][1] += kernel.end - kernel.start
     return {kind: (count / calls, total / calls) for kind, (count, total) in totals.items()}
+
+
+def collectives_text(found: dict[str, tuple[float, float]]) -> str:
+    """`collectives_us`'s reading as a note's words: "AllGather x4 0.31 ms, ReduceScatter x2 0.2 ms"."""
+    return ", ".join(f"{kind} x{count:g} {us / 1e3:.3g} ms" for kind, (count, us) in sorted(found.items()))

@@ -30,7 +30,7 @@ from fusionlab.fusion.fuse import common_module
 from fusionlab.inductor.adapter import parse_program
 from fusionlab.inductor.records import InductorKernel
 from fusionlab.measure.timing import quiet_cuda_toolkit_lookup
-from fusionlab.profile.cuda import collective_of, device_links, gpu_kernels, launch_times
+from fusionlab.profile.cuda import GpuKernel, collective_of, kernels_of, launch_times
 from fusionlab.profile.profiler import quiet_profile
 
 __all__ = ["InductorTimes", "inductor_times"]
@@ -94,31 +94,27 @@ def inductor_times(step: Callable[[], Any], explorations: Sequence[Any], *, roun
         result.notes.append(f"Inductor made {len(codes)} programs where fusionlab made {len(explorations)} graphs: "
                             "its kernels are not matched to modules; its whole step is the model's row")
     programs: list[tuple[InductorKernel, ...]] = []
-    modules: list[dict[str, str]] = []
+    launches: list[tuple[tuple[str, bool], str]] = []  # CUDA: every launch in order, ((name, extern), its module)
     for index, code in enumerate(codes):
         nodes = explorations[index].captured.aten_nodes if matched else None
-        programs.append(parse_program(code, nodes))
-        modules.append({node.name: node.module for node in nodes} if nodes is not None else {})
-    for index, program in enumerate(programs):
-        claims = collections.Counter(name for kernel in program for name in set(kernel.node_names))
-        result.kernels.extend((index, kernel, _module_of(kernel, modules[index], claims)) for kernel in program)
+        modules = {node.name: node.module for node in nodes} if nodes is not None else {}
+        program = parse_program(code, nodes)
+        programs.append(program)
+        result.kernels.extend((index, kernel, module) for kernel, module in zip(program, _owners(program, modules)))
+        if device.type == "cuda":
+            calls = parse_program(code, nodes, per_call=True)
+            launches.extend(zip((_launch_name(index, place, call) for place, call in enumerate(calls)),
+                                _owners(calls, modules)))
     owner = {(index, kernel.name): module for index, kernel, module in result.kernels}
-    launches: list[tuple[tuple[str, bool], str]] = []  # CUDA: every launch in order, ((name, extern), its module)
-    if device.type == "cuda":
-        for index, code in enumerate(codes):
-            calls = parse_program(code, explorations[index].captured.aten_nodes if matched else None, per_call=True)
-            claims = collections.Counter(name for call in calls for name in set(call.node_names))
-            launches.extend((_launch_name(index, place, call), _module_of(call, modules[index], claims))
-                            for place, call in enumerate(calls))
 
     step()  # the call after the compile still pays one-time costs (the first profiled round was 100x slower)
     for _ in range(rounds):
-        events, links = _profiled(step, device)
+        profiler = _profiled(step, device)
         per_module: dict[str, float] = collections.defaultdict(float)
         if device.type == "cuda":
-            total, unattributed = _attribute_cuda(events, links, launches, per_module)
+            total, unattributed = _attribute_cuda(kernels_of(profiler), launches, per_module)
         else:
-            total, unattributed = _attribute_cpu(events, programs, owner, per_module)
+            total, unattributed = _attribute_cpu(list(profiler.events()), programs, owner, per_module)
         per_module[""] += unattributed  # the model's own row holds what no module's kernels explain
         result.rounds.append(dict(per_module))
         result.total.append(total)
@@ -133,6 +129,12 @@ def inductor_times(step: Callable[[], Any], explorations: Sequence[Any], *, roun
     return result
 
 
+def _owners(kernels: Sequence[InductorKernel], modules: dict[str, str]) -> list[str]:
+    """The module of each kernel (or launch) of one program, its nodes' claims counted over the program."""
+    claims = collections.Counter(name for kernel in kernels for name in set(kernel.node_names))
+    return [_module_of(kernel, modules, claims) for kernel in kernels]
+
+
 def _launch_name(program: int, place: int, call: InductorKernel) -> tuple[str, bool]:
     """A launch as `fusionlab.profile.cuda.launch_times` reads a program: a Triton kernel by its name (the GPU
     event's), an extern call by the aten op whose host event launches its library kernels."""
@@ -142,7 +144,8 @@ def _launch_name(program: int, place: int, call: InductorKernel) -> tuple[str, b
     return f"inductor_{program}_{place}_aten_{op}", True
 
 
-def _profiled(step: Callable[[], Any], device: torch.device) -> tuple[list[Any], dict[int, int]]:
+def _profiled(step: Callable[[], Any], device: torch.device) -> Any:
+    """The finished profiler of one call of `step`."""
     from torch.profiler import ProfilerActivity
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -150,7 +153,7 @@ def _profiled(step: Callable[[], Any], device: torch.device) -> tuple[list[Any],
         step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-    return list(profiler.events()), device_links(profiler) if device.type == "cuda" else {}
+    return profiler
 
 
 def _attribute_cpu(events: list[Any], programs: list[tuple[InductorKernel, ...]],
@@ -185,12 +188,12 @@ def _attribute_cpu(events: list[Any], programs: list[tuple[InductorKernel, ...]]
     return total, max(0.0, total - attributed)
 
 
-def _attribute_cuda(events: list[Any], links: dict[int, int], launches: list[tuple[tuple[str, bool], str]],
+def _attribute_cuda(kernels: list[GpuKernel], launches: list[tuple[tuple[str, bool], str]],
                     per_module: dict[str, float]) -> tuple[float, float]:
     """Each GPU kernel given to the launch of Inductor's programs it belongs to, in program order (a Triton kernel
     by name and place, so that the one kernel Inductor launches for every identical layer is told apart; a library
     kernel by the aten op that launched it), and so to that launch's module. Collectives are in neither figure."""
-    kernels = [k for k in gpu_kernels(events, links) if not collective_of(k.name)]
+    kernels = [k for k in kernels if not collective_of(k.name)]
     total = sum(k.end - k.start for k in kernels) / 1e3
     if not launches:
         return total, total

@@ -274,7 +274,7 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
             our_step()
     program = [(graph.name, name, group.kind == "extern") for graph in compiled
                for group, name in launched(graph.exploration)]
-    ours = cuda.gpu_kernels(profiler.events(), cuda.device_links(profiler))
+    ours = cuda.kernels_of(profiler)
     per_launch, left, skipped = cuda.launch_times([(name, extern) for _, name, extern in program], ours, rounds)
     if skipped:
         notes.append(f"{skipped} of fusionlab's kernel launches per reading were passed over: the GPU ran its graphs "
@@ -282,8 +282,7 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
                      "launch's of the same name")
     collectives = cuda.collectives_us(ours, rounds)
     if collectives:
-        notes.append("collectives between fusionlab's kernels, per step: " + ", ".join(
-            f"{kind} x{count:g} {us / 1e3:.3g} ms" for kind, (count, us) in sorted(collectives.items())))
+        notes.append("collectives between fusionlab's kernels, per step: " + cuda.collectives_text(collectives))
     measured: dict[str, dict[str, float]] = {graph.name: {} for graph in compiled}
     for index, (graph_name, name, _) in enumerate(program):
         if index in per_launch:
@@ -300,9 +299,8 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
     for _ in range(rounds):  # one profile per round, so that each round is a sample of the spread
         with ModuleClock(model, ranges=True), quiet_profile(activities) as profiler:
             eager_step()
-        events = list(profiler.events())
-        kernels = cuda.gpu_kernels(events, cuda.device_links(profiler))
-        host_per_round.append(cuda.host_ms_by_module(events))
+        kernels = cuda.kernels_of(profiler)
+        host_per_round.append(cuda.host_ms_by_module(profiler.events()))
         # collectives apart, as on fusionlab's side (FSDP's all-gathers run in the parent's range)
         computing = [k for k in kernels if not cuda.collective_of(k.name)]
         eager_per_round.append(inclusive(cuda.module_gpu_ms(computing), paths))
@@ -311,8 +309,7 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
         orphans = sum(k.end - k.start for k in computing if not k.module) / 1e3
         eager_collectives = cuda.collectives_us(kernels, 1)
     if eager_collectives:
-        notes.append("collectives in eager's step: " + ", ".join(
-            f"{kind} x{count:g} {us / 1e3:.3g} ms" for kind, (count, us) in sorted(eager_collectives.items())))
+        notes.append("collectives in eager's step: " + cuda.collectives_text(eager_collectives))
     if not train and eager_per_round and orphans > 0.05 * eager_per_round[-1][""]:
         notes.append(f"{orphans:.3g} ms of eager's {eager_per_round[-1]['']:.3g} ms of GPU kernels per step were "
                      "launched where no module's profiler range could be found around them: they count only in the "
@@ -325,6 +322,6 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
         path = Path(folder) / "trace.json"
         profiler.export_chrome_trace(str(path))
         trace = json.loads(path.read_text())
-    session = cuda.gpu_kernels(profiler.events(), cuda.device_links(profiler))
+    session = cuda.kernels_of(profiler)
     host = {path: Spread.of(r.get(path, 0.0) for r in host_per_round).median for path in paths}
     return measured, host, eager_per_round, trace, session, notes, left / 1e3
