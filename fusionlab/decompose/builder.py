@@ -16,8 +16,9 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
+from fusionlab.decompose import split
 from fusionlab.decompose.primitives import POINTWISE
-from fusionlab.ir import Arg, Dim, Node, Ref, Scalar, TensorType
+from fusionlab.ir import Arg, Dim, Node, Ref, Scalar, TensorType, static_value
 from fusionlab.names import sanitize
 
 Rule = Callable[..., Any]
@@ -121,10 +122,10 @@ class Builder:
         """The node that computes `value` (None for a value from outside this builder)."""
         return self._producers.get(value.name)
 
-    def extern(self, target: Any, args: Any, kwargs: Any, reason: str) -> Any:
-        """`target(*args, **kwargs)` run by PyTorch between kernels, with the aten node's output type(s); `reason`
-        says why in every view."""
-        expected = self.expected
+    def extern(self, target: Any, args: Any, kwargs: Any, reason: str, out: TensorType | None = None) -> Any:
+        """`target(*args, **kwargs)` run by PyTorch between kernels, with the aten node's output type(s) (or `out`);
+        `reason` says why in every view."""
+        expected = out or self.expected
         params = {"target": target, "call": (args, kwargs), "reason": reason,
                   "extra_refs": tuple(r.name for r in pytree.tree_leaves((args, kwargs)) if isinstance(r, Ref))}
         op = short_name(target)
@@ -319,8 +320,25 @@ class Builder:
             current = self.type_of(value)
         shape = tuple((1 if i in axes else d) for i, d in enumerate(current.shape) if keepdim or i not in axes)
         out_dtype = torch.int64 if op in ("argmax", "argmin") else current.dtype
+        static = tuple(static_value(d) for d in current.shape)
+        plan = split.plan_split(static, axes, op) if None not in static else None  # type: ignore[arg-type]
+        if plan is not None:
+            return self._split_reduce(op, value, plan, shape)
         return self._add("reduction", op, (value,), TensorType(shape, out_dtype),
                          {"axes": axes, "keepdim": keepdim})
+
+    def _split_reduce(self, op: str, value: Ref, plan: split.SplitPlan, shape: tuple[Dim, ...]) -> Ref:
+        """A reduction as two (decompose/split.py): partial values over `plan.first`, then over `plan.second`. The
+        partial values of a half-precision sum, mean or product are float32, as one kernel's accumulator is."""
+        dtype = self.type_of(value).dtype
+        if op in ("sum", "mean", "prod") and dtype in (torch.float16, torch.bfloat16):
+            value = self.cast(value, torch.float32)
+        value = self.reshape(value, plan.shape)
+        partial_shape = tuple(1 if i in plan.first else d for i, d in enumerate(plan.shape))
+        partial = self._add("reduction", op, (value,), TensorType(partial_shape, self.type_of(value).dtype),
+                            {"axes": plan.first, "keepdim": True}, base=f"{op}_partial")
+        total = self.reduce(op, partial, plan.second, keepdim=True)
+        return self.cast(self.reshape(total, shape), dtype)
 
     def reduced_numel(self, value: Ref, axes: Sequence[int]) -> int:
         shape = self.type_of(value).shape

@@ -97,6 +97,76 @@ def _bias_joins_consumers(b: Builder, bias: Any) -> bool:
     return True
 
 
+# cuBLAS on an output whose rows are not 16-byte aligned (GPT-2's 50257-word vocabulary in bf16) picks a slow
+# kernel. On an H200 GPT-2's lm_head took 3.39 ms, and 0.52 with the weight padded by zero columns to a multiple of 8
+# and the product read through a slice; BERT's 30522-word decoder 0.79 -> 0.31 ms
+# (benchmarks/results/2026-12-01-h200-mm-padding.json). Inductor pads the same way (0.56 ms).
+PAD_DEVICES = frozenset({"cuda"})
+PAD_MIN_FLOPS = 1 << 32  # smaller products: the pad's copy of the weight costs more than it saves
+PAD_BYTES = 16
+
+
+def _column_padding(b: Builder, x: Any, y: Any) -> int:
+    """How many zero columns to give `y` so the product's rows are PAD_BYTES-aligned (0: none)."""
+    value = b.node.meta.get("val") if b.node is not None else None
+    device = getattr(getattr(value, "device", None), "type", None)
+    if device not in PAD_DEVICES or not isinstance(x, Ref) or not isinstance(y, Ref):
+        return 0
+    left, right = b.type_of(x), b.type_of(y)
+    if left.rank != 2 or right.rank != 2 or left.dtype not in DOT_DTYPES or left.dtype != right.dtype:
+        return 0
+    (m, k), n = left.shape, right.shape[1]
+    if not all(isinstance(d, int) for d in (m, k, n)) or m * n * k < PAD_MIN_FLOPS:
+        return 0
+    return -n % (PAD_BYTES // left.itemsize)
+
+
+def _padded_product(b: Builder, x: Ref, y: Ref, pad: int, bias: Ref | None = None) -> Ref:
+    """`x @ y` (plus `bias`) in cuBLAS on `y` padded with `pad` zero columns, read back through a slice. A
+    transposed weight (`nn.Linear`'s `w.t()`) is padded before the transpose, so the copy keeps its layout."""
+    (m, _), (k, n) = b.type_of(x).shape, b.type_of(y).shape
+    producer = b.producer(y)
+    source = producer.args[0] if producer is not None and producer.op == "permute" else None
+    if isinstance(source, Ref) and dict(producer.params).get("dims") == (1, 0):  # type: ignore[union-attr]
+        padded = b.view("permute", b.pad(source, (0, 0), (pad, 0), 0), (k, n + pad), dims=(1, 0))
+    else:
+        padded = b.pad(y, (0, 0), (0, pad), 0)
+    dtype = b.type_of(x).dtype
+    out = TensorType((m, n + pad), dtype, (n + pad, 1))
+    reason = (f"cuBLAS matmul (matmul='extern') on the weight padded from {n} to {n + pad} columns: rows of "
+              f"{n} {str(dtype).removeprefix('torch.')} values are not {PAD_BYTES}-byte aligned, and cuBLAS is slow "
+              "on them")
+    if bias is None:
+        product = b.extern(aten.mm.default, (x, padded), {}, reason, out=out)
+    else:
+        product = b.extern(aten.addmm.default, (b.pad(bias, (0,), (pad,), 0), x, padded), {}, reason, out=out)
+    sliced = b.view("slice", product, (m, n), dim=1, start=0, step=1)
+    # Returned to the caller, the product has eager's strides (a copy): `logits.view(-1)` must work as in eager.
+    return b.pointwise("copy", sliced) if _reaches_output(b.node) else sliced
+
+
+def _reaches_output(node: Any) -> bool:
+    """Whether the aten node's value, or a view of it, is an output of the captured program."""
+    pending, seen = [node], set()
+    while pending:
+        current = pending.pop()
+        for user in current.users:
+            if user.op == "output":
+                return True
+            if user.op == "call_function" and _is_view(user.target) and user not in seen:
+                seen.add(user)
+                pending.append(user)
+    return False
+
+
+def _mm_padded(b: Builder, x: Any, y: Any) -> Ref:
+    """`aten.mm` with the weight padded when the product's rows would not be aligned; else the plain extern."""
+    pad = _column_padding(b, x, y)
+    if not pad:
+        raise RuleNotApplicable("cuBLAS matmul (matmul='extern')")
+    return _padded_product(b, x, y, pad)
+
+
 def _addmm_bias_in_consumer(b: Builder, bias: Any, x: Any, y: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
     """With cuBLAS matmuls: `aten.mm` and the bias added in the kernel of the product's consumers, as Inductor does,
     when they are generated kernels that take it (`gelu(x @ w + b)`); else `aten.addmm` with the bias in cuBLAS's
@@ -104,14 +174,19 @@ def _addmm_bias_in_consumer(b: Builder, bias: Any, x: Any, y: Any, *, beta: Any 
     reading a bias row in a kernel that runs anyway costs next to nothing. A 3-D `nn.Linear` (addmm, then a reshape
     of its rows) keeps addmm: moving its bias after the reshape made gpt_block's products slower, not faster
     (cuBLAS's bias epilogue is free there: 0.535 ms of mm + addmm against 0.526 of addmm, docs/PERFORMANCE.md)."""
+    pad = _column_padding(b, x, y)
     if not _bias_joins_consumers(b, bias):
+        if pad and alpha == 1 and beta == 1 and isinstance(bias, Ref) and b.type_of(bias).rank == 1:
+            return _padded_product(b, x, y, pad, bias)
         raise RuleNotApplicable("the product's users do not all run in generated kernels of its shape, so the bias "
                                 "stays in cuBLAS's epilogue (addmm)")
+    if pad:
+        return _plus_bias(b, _padded_product(b, x, y, pad), bias, alpha, beta)
     reason = "cuBLAS matmul (matmul='extern'); the bias is added in the kernel of the product's consumers"
     return _plus_bias(b, b.extern(aten.mm.default, (x, y), {}, reason), bias, alpha, beta)
 
 
-EXTERN_MATMUL_RULES: dict[Any, Rule] = {aten.addmm: _addmm_bias_in_consumer}
+EXTERN_MATMUL_RULES: dict[Any, Rule] = {aten.addmm: _addmm_bias_in_consumer, aten.mm: _mm_padded}
 
 
 def decomposition_rules(matmul: str) -> dict[Any, Rule]:

@@ -1,0 +1,83 @@
+"""Padded products (decompose/matmul_rules.py): on a GPU, a cuBLAS product whose output rows are not 16-byte aligned
+(a vocabulary of 50257 words) runs on a weight padded with zero columns and is read back through a slice. The rule
+is exercised on the CPU here by letting it pad CPU products of any size; each case equals eager on fresh inputs and
+returns eager's strides."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusionlab as fl
+from fusionlab import dynamo_backend
+from fusionlab.decompose import matmul_rules
+
+
+@pytest.fixture
+def pad_on_cpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(matmul_rules, "PAD_DEVICES", frozenset({"cpu"}))
+    monkeypatch.setattr(matmul_rules, "PAD_MIN_FLOPS", 0)
+    yield
+
+
+CASES: dict[str, Callable[..., torch.Tensor]] = {
+    "tied_head": lambda x, w, b: x @ w.t(),  # GPT-2's lm_head: the embedding's transpose
+    "linear_bias_out": lambda x, w, b: F.linear(x, w, b),  # BERT's decoder: addmm, returned
+    "linear_gelu": lambda x, w, b: F.gelu(F.linear(x, w, b)),  # the bias joins the consumer's kernel
+    "linear_3d_flattened": lambda x, w, b: F.linear(x.view(4, -1, x.shape[-1]), w).view(-1),
+    "contiguous_weight": lambda x, w, b: x @ w.t().contiguous(),
+    "softmax_of_logits": lambda x, w, b: torch.softmax(x @ w.t(), -1),  # a consumer reads the slice
+}
+
+
+def _nodes(ex: fl.Exploration, op: str) -> list[str]:
+    return [n.name for n in ex.decomposed.graph.nodes if n.op == op]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_padded_product_matches_eager(pad_on_cpu: None, case: str, dtype: torch.dtype) -> None:
+    fn = CASES[case]
+    x, w, b = torch.randn(64, 96, dtype=dtype), torch.randn(1001, 96, dtype=dtype), torch.randn(1001, dtype=dtype)
+    ex = fl.explore(fn, x, w, b)
+    assert _nodes(ex, "pad") and _nodes(ex, "slice"), ex.decomposed.as_text()
+    reason = next(n.params for n in ex.decomposed.graph.nodes if n.kind == "extern")
+    assert "padded from 1001 to" in dict(reason)["reason"]
+    fresh = (torch.randn_like(x), torch.randn_like(w), torch.randn_like(b))
+    expected, actual = fn(*fresh), ex(*fresh)
+    assert actual.stride() == expected.stride()
+    tolerance = dict(rtol=2e-2, atol=5e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(actual, expected, **tolerance)
+
+
+def test_no_padding_when_aligned_small_or_on_the_cpu(pad_on_cpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    x, w = torch.randn(64, 96), torch.randn(1000, 96)  # 1000 float32 values: 16-byte aligned rows
+    assert not _nodes(fl.explore(CASES["tied_head"], x, w, None), "pad")
+    w = torch.randn(1001, 96)
+    monkeypatch.setattr(matmul_rules, "PAD_MIN_FLOPS", 1 << 40)
+    assert not _nodes(fl.explore(CASES["tied_head"], x, w, None), "pad")
+    monkeypatch.setattr(matmul_rules, "PAD_MIN_FLOPS", 0)
+    monkeypatch.setattr(matmul_rules, "PAD_DEVICES", frozenset({"cuda"}))
+    assert not _nodes(fl.explore(CASES["tied_head"], x, w, None), "pad")
+
+
+def test_gradients_through_a_padded_head(pad_on_cpu: None) -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(1001, 96)
+    x = torch.randn(64, 96, requires_grad=True)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(x @ embedding.weight.t(), -1).mean()
+
+    step(x).backward()
+    expected_x, expected_w = x.grad, embedding.weight.grad
+    x.grad, embedding.weight.grad = None, None
+    before = dynamo_backend.mark()
+    torch.compile(step, backend=fl.backend)(x).backward()
+    assert any(_nodes(g.exploration, "pad") for g in dynamo_backend.since(before)), "the head was not padded"
+    torch.testing.assert_close(x.grad, expected_x, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(embedding.weight.grad, expected_w, rtol=1e-4, atol=1e-6)

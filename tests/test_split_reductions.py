@@ -1,0 +1,95 @@
+"""Split reductions (decompose/split.py): a reduction too narrow to fill a GPU is written as a partial reduction and
+a reduction of the partial values. Checked: when it splits, and that the split program equals eager on fresh random
+inputs for each reducing op, dtype, layout and keepdim, batch norm forward and backward included."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import fusionlab as fl
+from fusionlab import dynamo_backend
+from fusionlab.decompose.split import SplitPlan, plan_split
+
+
+@pytest.mark.parametrize(("shape", "axes", "expected"), [
+    ((32, 64, 112, 112), (0, 2, 3), SplitPlan((32, 64, 112, 112), (2, 3), (0,))),  # batch norm: (H, W) first
+    ((1 << 20,), (0,), SplitPlan((256, 4096), (1,), (0,))),  # a whole sum: 256 rows of 4096
+    ((1024, 1024), (0, 1), SplitPlan((256, 4096), (1,), (0,))),
+    ((65536, 64), (0,), SplitPlan((64, 1024, 64), (1,), (0,))),  # a column sum of a tall matrix
+    ((4096, 768), (0,), None),  # a bias gradient: 48 programs, each quick
+    ((32, 2048, 7, 7), (0, 2, 3), SplitPlan((32, 2048, 7, 7), (2, 3), (0,))),  # NCHW: always (H, W) first
+    ((2, 16, 64, 64), (0, 2, 3), None),  # small: one kernel
+    ((3, 17384), (1,), None),  # three rows of 17k: each program quick
+    ((3, 1_000_003), (1,), None),  # a prime length: no even cut
+])
+def test_when_a_reduction_splits(shape: tuple[int, ...], axes: tuple[int, ...], expected: SplitPlan | None) -> None:
+    assert plan_split(shape, axes, "sum") == expected
+    assert plan_split(shape, axes, "argmax") is None  # an index is not the reduction of partial indices
+
+
+def _partials(ex: fl.Exploration) -> list[str]:
+    return [n.name for n in ex.decomposed.graph.nodes if n.name.endswith("_partial") or "_partial_" in n.name]
+
+
+CASES: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], tuple[int, ...]]] = {
+    "sum_nchw": (lambda x: x.sum((0, 2, 3)), (4, 8, 128, 128)),
+    "mean_nchw_keepdim": (lambda x: x.mean((0, 2, 3), keepdim=True), (4, 8, 128, 128)),
+    "amax_nchw": (lambda x: x.amax((0, 2, 3)), (4, 8, 128, 128)),
+    "amin_column": (lambda x: x.amin(0), (32768, 16)),
+    "sum_all": (lambda x: x.sum(), (512, 1024)),
+    "mean_of_transposed": (lambda x: x.t().mean(0), (16, 32768)),  # split through a permuted view
+    "sum_of_product": (lambda x: (x * x + 1).sum((0, 2, 3)), (4, 8, 128, 128)),  # the producer fuses into the partial
+    "prod_near_one": (lambda x: (1 + x / 4096).prod(0), (32768, 16)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_split_reduction_matches_eager(case: str, dtype: torch.dtype) -> None:
+    fn, shape = CASES[case]
+    x = torch.randn(shape, dtype=dtype)
+    ex = fl.explore(fn, x)
+    assert _partials(ex), ex.decomposed.as_text()
+    fresh = torch.randn(shape, dtype=dtype)
+    expected = fn(fresh)
+    actual = ex(fresh)
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    tolerance = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(actual, expected, **tolerance)
+
+
+def test_integer_sum_splits_exactly() -> None:
+    x = torch.randint(-1000, 1000, (4, 8, 128, 128), dtype=torch.int32)
+    ex = fl.explore(lambda t: t.sum((0, 2, 3)), x)
+    assert _partials(ex)
+    fresh = torch.randint(-1000, 1000, x.shape, dtype=torch.int32)
+    assert torch.equal(ex(fresh), fresh.sum((0, 2, 3)))
+
+
+def test_batch_norm_training_forward_and_backward() -> None:
+    torch._dynamo.reset()
+    eager = torch.nn.BatchNorm2d(8).train()
+    with torch.no_grad():
+        eager.weight.uniform_(0.5, 1.5)
+        eager.bias.normal_()
+    ours = copy.deepcopy(eager)
+    compiled = torch.compile(ours, backend=fl.backend)
+    before = dynamo_backend.mark()
+    x = torch.randn(4, 8, 128, 128)
+    x_eager, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = eager(x_eager)
+    actual = compiled(x_ours)
+    expected.square().sum().backward()
+    actual.square().sum().backward()
+    graphs = [g.exploration for g in dynamo_backend.since(before)]
+    assert any(_partials(ex) for ex in graphs), "batch norm's statistics were not split"
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(x_ours.grad, x_eager.grad, rtol=1e-3, atol=1e-3)
+    for name in ("running_mean", "running_var"):
+        torch.testing.assert_close(getattr(ours, name), getattr(eager, name), rtol=1e-5, atol=1e-5)
+    for mine, theirs in zip(ours.parameters(), eager.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-3, atol=1e-2)
