@@ -22,7 +22,7 @@ from fusionlab.decompose.split import SplitPlan, plan_split
     ((65536, 64), (0,), SplitPlan((64, 1024, 64), (1,), (0,))),  # a column sum of a tall matrix
     ((4096, 768), (0,), None),  # a bias gradient: 48 programs, each quick
     ((32, 2048, 7, 7), (0, 2, 3), SplitPlan((32, 2048, 7, 7), (2, 3), (0,))),  # NCHW: always (H, W) first
-    ((2, 16, 64, 64), (0, 2, 3), None),  # small: one kernel
+    ((2, 16, 32, 64), (0, 2, 3), None),  # small: one kernel
     ((3, 17384), (1,), None),  # three rows of 17k: each program quick
     ((3, 1_000_003), (1,), None),  # a prime length: no even cut
 ])

@@ -97,52 +97,80 @@ def _bias_joins_consumers(b: Builder, bias: Any) -> bool:
     return True
 
 
-# cuBLAS on an output whose rows are not 16-byte aligned (GPT-2's 50257-word vocabulary in bf16) picks a slow
-# kernel. On an H200 GPT-2's lm_head took 3.39 ms, and 0.52 with the weight padded by zero columns to a multiple of 8
-# and the product read through a slice; BERT's 30522-word decoder 0.79 -> 0.31 ms
-# (benchmarks/results/2026-12-01-h200-mm-padding.json). Inductor pads the same way (0.56 ms).
+# cuBLAS on a matrix whose rows are not 16-byte aligned (GPT-2's 50257-word vocabulary in bf16) picks a slow kernel.
+# On an H200 GPT-2's lm_head took 3.39 ms, and 0.52 with the weight padded by zero columns to a multiple of 8 and the
+# product read through a slice; BERT's 30522-word decoder 0.79 -> 0.31 ms
+# (benchmarks/results/2026-12-01-h200-mm-padding.json). Inductor pads the same way (0.56 ms). The backward's products
+# read the vocabulary-wide gradient, whose rows are as unaligned: its contracted dimension is padded with zeros.
 PAD_DEVICES = frozenset({"cuda"})
-PAD_MIN_FLOPS = 1 << 32  # smaller products: the pad's copy of the weight costs more than it saves
+PAD_MIN_FLOPS = 1 << 32  # smaller products: the pad's copies cost more than they save
 PAD_BYTES = 16
 
 
-def _column_padding(b: Builder, x: Any, y: Any) -> int:
-    """How many zero columns to give `y` so the product's rows are PAD_BYTES-aligned (0: none)."""
+def _transposed(b: Builder, value: Ref) -> Ref | None:
+    """The matrix `value` is the transpose of (a permute view), or None for a row-major value."""
+    producer = b.producer(value)
+    if producer is None or producer.op != "permute" or dict(producer.params).get("dims") != (1, 0):
+        return None
+    source = producer.args[0]
+    return source if isinstance(source, Ref) else None
+
+
+def _padding(b: Builder, x: Any, y: Any) -> tuple[int, int, int]:
+    """Zeros to add to m, k and n of `x [m, k] @ y [k, n]` so each matrix cuBLAS reads or writes has
+    PAD_BYTES-aligned rows: the output's are n long; a row-major `x`'s k (a transposed one's m); a row-major `y`'s n
+    (a transposed one's k). (0, 0, 0) off PAD_DEVICES, for small products, and for unusual operands."""
     value = b.node.meta.get("val") if b.node is not None else None
     device = getattr(getattr(value, "device", None), "type", None)
     if device not in PAD_DEVICES or not isinstance(x, Ref) or not isinstance(y, Ref):
-        return 0
+        return 0, 0, 0
     left, right = b.type_of(x), b.type_of(y)
     if left.rank != 2 or right.rank != 2 or left.dtype not in DOT_DTYPES or left.dtype != right.dtype:
-        return 0
+        return 0, 0, 0
     (m, k), n = left.shape, right.shape[1]
     if not all(isinstance(d, int) for d in (m, k, n)) or m * n * k < PAD_MIN_FLOPS:
-        return 0
-    return -n % (PAD_BYTES // left.itemsize)
+        return 0, 0, 0
+    align = PAD_BYTES // left.itemsize
+    needs_m = _transposed(b, x) is not None
+    needs_k = _transposed(b, x) is None or _transposed(b, y) is not None
+    return (-m % align if needs_m else 0), (-k % align if needs_k else 0), -n % align
 
 
-def _padded_product(b: Builder, x: Ref, y: Ref, pad: int, bias: Ref | None = None) -> Ref:
-    """`x @ y` (plus `bias`) in cuBLAS on `y` padded with `pad` zero columns, read back through a slice. A
-    transposed weight (`nn.Linear`'s `w.t()`) is padded before the transpose, so the copy keeps its layout."""
-    (m, _), (k, n) = b.type_of(x).shape, b.type_of(y).shape
-    producer = b.producer(y)
-    source = producer.args[0] if producer is not None and producer.op == "permute" else None
-    if isinstance(source, Ref) and dict(producer.params).get("dims") == (1, 0):  # type: ignore[union-attr]
-        padded = b.view("permute", b.pad(source, (0, 0), (pad, 0), 0), (k, n + pad), dims=(1, 0))
-    else:
-        padded = b.pad(y, (0, 0), (0, pad), 0)
+def _pad_matrix(b: Builder, value: Ref, rows: int, columns: int) -> Ref:
+    """`value` with `rows` zero rows and `columns` zero columns after it; a transposed matrix is padded before its
+    transpose, so the copy keeps its layout."""
+    if not rows and not columns:
+        return value
+    source = _transposed(b, value)
+    if source is None:
+        return b.pad(value, (0, 0), (rows, columns), 0)
+    (r, c) = b.type_of(value).shape
+    return b.view("permute", b.pad(source, (0, 0), (columns, rows), 0), (r + rows, c + columns), dims=(1, 0))
+
+
+def _padded_product(b: Builder, x: Ref, y: Ref, pad: tuple[int, int, int], bias: Ref | None = None) -> Ref:
+    """`x @ y` (plus `bias`) in cuBLAS on operands padded with zeros by `pad` (m, k, n), read back through a
+    slice: the zero columns of `x` meet the zero rows of `y`, so the sums are unchanged."""
+    (m, k), n = b.type_of(x).shape, b.type_of(y).shape[1]
+    pad_m, pad_k, pad_n = pad
     dtype = b.type_of(x).dtype
-    out = TensorType((m, n + pad), dtype, (n + pad, 1))
-    reason = (f"cuBLAS matmul (matmul='extern') on the weight padded from {n} to {n + pad} columns: rows of "
-              f"{n} {str(dtype).removeprefix('torch.')} values are not {PAD_BYTES}-byte aligned, and cuBLAS is slow "
-              "on them")
+    out = TensorType((m + pad_m, n + pad_n), dtype, (n + pad_n, 1))
+    padded = ", ".join(f"{name} {size} -> {size + extra}" for name, size, extra in
+                       (("m", m, pad_m), ("k", k, pad_k), ("n", n, pad_n)) if extra)
+    reason = (f"cuBLAS matmul (matmul='extern') on operands padded with zeros ({padded}): rows not {PAD_BYTES}-byte "
+              f"aligned make cuBLAS slow")
+    operands = (_pad_matrix(b, x, pad_m, pad_k), _pad_matrix(b, y, pad_k, pad_n))
     if bias is None:
-        product = b.extern(aten.mm.default, (x, padded), {}, reason, out=out)
+        product = b.extern(aten.mm.default, operands, {}, reason, out=out)
     else:
-        product = b.extern(aten.addmm.default, (b.pad(bias, (0,), (pad,), 0), x, padded), {}, reason, out=out)
-    sliced = b.view("slice", product, (m, n), dim=1, start=0, step=1)
+        bias = b.pad(bias, (0,), (pad_n,), 0) if pad_n else bias
+        product = b.extern(aten.addmm.default, (bias, *operands), {}, reason, out=out)
+    if pad_n:
+        product = b.view("slice", product, (m + pad_m, n), dim=1, start=0, step=1)
+    if pad_m:
+        product = b.view("slice", product, (m, n), dim=0, start=0, step=1)
     # Returned to the caller, the product has eager's strides (a copy): `logits.view(-1)` must work as in eager.
-    return b.pointwise("copy", sliced) if _reaches_output(b.node) else sliced
+    return b.pointwise("copy", product) if pad_n and _reaches_output(b.node) else product
 
 
 def _reaches_output(node: Any) -> bool:
@@ -161,8 +189,8 @@ def _reaches_output(node: Any) -> bool:
 
 def _mm_padded(b: Builder, x: Any, y: Any) -> Ref:
     """`aten.mm` with the weight padded when the product's rows would not be aligned; else the plain extern."""
-    pad = _column_padding(b, x, y)
-    if not pad:
+    pad = _padding(b, x, y)
+    if not any(pad):
         raise RuleNotApplicable("cuBLAS matmul (matmul='extern')")
     return _padded_product(b, x, y, pad)
 
@@ -174,13 +202,13 @@ def _addmm_bias_in_consumer(b: Builder, bias: Any, x: Any, y: Any, *, beta: Any 
     reading a bias row in a kernel that runs anyway costs next to nothing. A 3-D `nn.Linear` (addmm, then a reshape
     of its rows) keeps addmm: moving its bias after the reshape made gpt_block's products slower, not faster
     (cuBLAS's bias epilogue is free there: 0.535 ms of mm + addmm against 0.526 of addmm, docs/PERFORMANCE.md)."""
-    pad = _column_padding(b, x, y)
+    pad = _padding(b, x, y)
     if not _bias_joins_consumers(b, bias):
-        if pad and alpha == 1 and beta == 1 and isinstance(bias, Ref) and b.type_of(bias).rank == 1:
+        if any(pad) and alpha == 1 and beta == 1 and isinstance(bias, Ref) and b.type_of(bias).rank == 1:
             return _padded_product(b, x, y, pad, bias)
         raise RuleNotApplicable("the product's users do not all run in generated kernels of its shape, so the bias "
                                 "stays in cuBLAS's epilogue (addmm)")
-    if pad:
+    if any(pad):
         return _plus_bias(b, _padded_product(b, x, y, pad), bias, alpha, beta)
     reason = "cuBLAS matmul (matmul='extern'); the bias is added in the kernel of the product's consumers"
     return _plus_bias(b, b.extern(aten.mm.default, (x, y), {}, reason), bias, alpha, beta)

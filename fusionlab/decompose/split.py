@@ -24,7 +24,7 @@ from dataclasses import dataclass
 # Ops whose result over a union is the same op over the parts' results (a mean: parts of equal size).
 SPLITTABLE = frozenset({"sum", "mean", "prod", "amax", "amin"})
 MIN_PROGRAM_ELEMENTS = 1 << 18  # elements each program reads: below this, the programs finish quickly anyway
-MIN_MIXED_ELEMENTS = 1 << 20  # a reduction over leading and trailing axes (NCHW over N, H, W) of this many splits
+MIN_MIXED_ELEMENTS = 1 << 17  # a reduction over leading and trailing axes (NCHW over N, H, W) of this many splits
 MIN_PROGRAMS = 128  # a split pays when the kernel would run fewer programs than a GPU has SMs (132 on an H200)
 TARGET_PROGRAMS = 256  # what the first reduction aims for
 MIN_PARTIAL = 1024  # elements each of the first reduction's values still reduces
