@@ -1,7 +1,8 @@
 """Padded products (decompose/matmul_rules.py): on a GPU, a cuBLAS product whose output rows are not 16-byte aligned
 (a vocabulary of 50257 words) runs on a weight padded with zero columns and is read back through a slice; a product
-contracting such a dimension (the backward's) pads both operands with zeros there. The rule is exercised on the CPU here by letting it pad CPU products of any size; each case equals eager on fresh inputs and
-returns eager's strides."""
+contracting such a dimension (the backward's) pads both operands with zeros there. The rule is exercised on the CPU
+here by letting it pad CPU products of any size; each case equals eager on fresh inputs and returns eager's
+strides."""
 
 from __future__ import annotations
 
