@@ -33,7 +33,7 @@ from fusionlab.capture import fill_template
 from fusionlab.explore import Exploration, explore
 from fusionlab.runtime.cudagraphs import cudagraph_mode
 
-__all__ = ["BackendGraph", "backend", "compile_graph", "explorations", "graphs", "mark", "since"]
+__all__ = ["BackendGraph", "backend", "compile_graph", "explorations", "forget", "graphs", "mark", "since"]
 
 #: the explorations the backend made, newest last (the latest 64)
 explorations: deque[Exploration] = deque(maxlen=64)
@@ -79,6 +79,14 @@ def mark() -> int:
     """How many graphs the backend has compiled so far: `since(mark())` later gives the ones compiled after it
     (`graphs` keeps only the latest 64, so its length is no count)."""
     return max(_serials.values(), default=0)
+
+
+def forget() -> None:
+    """Drop the graphs and explorations kept for inspection, and the kernels, buffers and CUDA graphs they hold (a
+    model's compiled graphs stay alive while Dynamo's cache holds them: `torch._dynamo.reset()` lets go of those)."""
+    graphs.clear()
+    explorations.clear()
+    _serials.clear()
 
 
 def since(count: int) -> list[BackendGraph]:
@@ -127,6 +135,7 @@ def _explore(graph: BackendGraph, args: Sequence[Any],
     with torch._guards.tracing(None), unset_fake_temporarily():
         ex = explore(graph.graph_module, *args, cudagraphs=cudagraphs)
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
+        ex.release_examples()  # the stand-ins: as large as the graph's inputs, and uninitialised anyway
         held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
         constants = [held[spec.name][0].detach() for spec in ex.captured.result.inputs if spec.kind != "input"]
     explorations.append(ex)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -31,6 +31,18 @@ from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated, c
 from fusionlab.verify import VerifyReport, verify_call
 
 __all__ = ["Exploration", "capture", "explore"]
+
+
+class _TensorSpec(NamedTuple):
+    """What a released example tensor looked like."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    def make(self) -> torch.Tensor:
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
 
 
 class Exploration:
@@ -74,6 +86,27 @@ class Exploration:
         # A plain function of positional tensors (no module, no closure state): calls need no pytree flattening.
         self._plain_call = (not isinstance(fn, torch.nn.Module) and not kwargs
                             and all(isinstance(a, torch.Tensor) for a in args))
+
+    @property
+    def example_args(self) -> tuple[Any, ...]:
+        """The example positional inputs; after `release_examples()`, fresh uninitialised tensors of their shapes,
+        strides, dtypes and devices on each read."""
+        if self._example_specs is None:
+            return self._example_args
+        return tuple(spec.make() if isinstance(spec, _TensorSpec) else spec for spec in self._example_specs)
+
+    @example_args.setter
+    def example_args(self, args: tuple[Any, ...]) -> None:
+        self._example_args = args
+        self._example_specs: tuple[Any, ...] | None = None
+
+    def release_examples(self) -> None:
+        """Let go of the example tensors, keeping what they look like (shape, strides, dtype, device): the backend
+        explores each graph on uninitialised stand-ins of the sizes Dynamo saw, and holding them would hold as much
+        memory as the graph's inputs (a training step's saved activations) for as long as the graph is kept."""
+        self._example_specs = tuple(_TensorSpec(tuple(a.shape), a.stride(), a.dtype, a.device)
+                                    if isinstance(a, torch.Tensor) else a for a in self._example_args)
+        self._example_args = ()
 
     @property
     def example_inputs(self) -> tuple[Any, ...]:

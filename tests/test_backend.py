@@ -59,3 +59,33 @@ def test_mark_and_since_count_graphs_when_the_kept_list_is_full(monkeypatch: Any
     new = dynamo_backend.since(before)
     assert len(new) == 1 and new[0] is dynamo_backend.graphs[-1]
     assert dynamo_backend.since(dynamo_backend.mark()) == []
+
+
+def test_backend_graphs_let_go_of_their_stand_ins() -> None:
+    # The backend explores each graph on uninitialised stand-ins as large as its inputs (a training step's saved
+    # activations): a kept graph holds only what they looked like, and still runs, verifies and times.
+    torch._dynamo.reset()
+    before = dynamo_backend.mark()
+    x = torch.randn(64, 32)
+    compiled = torch.compile(lambda t: torch.softmax(t * 2, -1), backend=fl.backend)
+    torch.testing.assert_close(compiled(x), torch.softmax(x * 2, -1))
+    (graph,) = dynamo_backend.since(before)
+    ex = graph.exploration
+    assert ex._example_args == ()
+    (stand_in,) = [a for a in ex.example_inputs if isinstance(a, torch.Tensor)]
+    assert stand_in.shape == x.shape and stand_in.dtype == x.dtype and stand_in.stride() == x.stride()
+    assert ex.verify().ok
+    fresh = torch.randn(64, 32)
+    torch.testing.assert_close(compiled(fresh), torch.softmax(fresh * 2, -1))
+
+
+def test_forget_drops_the_kept_graphs() -> None:
+    torch._dynamo.reset()
+    torch.compile(lambda t: t.relu() + 1, backend=fl.backend)(torch.randn(8))
+    assert dynamo_backend.graphs
+    dynamo_backend.forget()
+    assert not dynamo_backend.graphs and not dynamo_backend.explorations and dynamo_backend.mark() == 0
+    before = dynamo_backend.mark()
+    torch._dynamo.reset()
+    torch.compile(lambda t: t.relu() * 3, backend=fl.backend)(torch.randn(8))
+    assert len(dynamo_backend.since(before)) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -93,3 +94,39 @@ def test_batch_norm_training_forward_and_backward() -> None:
         torch.testing.assert_close(getattr(ours, name), getattr(eager, name), rtol=1e-5, atol=1e-5)
     for mine, theirs in zip(ours.parameters(), eager.parameters()):
         torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-3, atol=1e-2)
+
+
+def test_random_split_programs_match_eager() -> None:
+    # Random shapes, reduced axes, ops, layouts and dtypes around the split thresholds, with a producer fused into the
+    # partial reduction and the result broadcast back over its input (the pattern of a normalisation).
+    split = 0
+    for seed in range(16):
+        split += _random_program(seed)
+    assert split >= 4, f"only {split} of 16 random programs split: the generator misses the thresholds"
+
+
+def _random_program(seed: int) -> bool:
+    gen = torch.Generator().manual_seed(seed)
+
+    def pick(options: list) -> Any:
+        return options[int(torch.randint(len(options), (1,), generator=gen))]
+
+    rank = pick([2, 3, 4])
+    shape = [pick([2, 4, 8]) for _ in range(rank - 1)] + [pick([16384, 32768])]
+    order = torch.randperm(rank, generator=gen).tolist()
+    axes = tuple(sorted(torch.randperm(rank, generator=gen)[:pick(list(range(1, rank + 1)))].tolist()))
+    op = pick(["sum", "mean", "amax", "amin"])
+    dtype = pick([torch.float32, torch.bfloat16])
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        view = x.permute(order)
+        reduced = getattr(view * 0.5 + 1, op)(axes, keepdim=True)
+        return view - reduced
+
+    x = torch.randn(shape, dtype=dtype, generator=gen).permute([order.index(i) for i in range(rank)]).contiguous()
+    ex = fl.explore(program, x)
+    fresh = torch.randn(x.shape, dtype=dtype)
+    tolerance = dict(rtol=2e-2, atol=6e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(ex(fresh), program(fresh), **tolerance,
+                               msg=lambda m: f"seed {seed}: {op} {axes} of {shape} by {order}, {dtype}: {m}")
+    return bool(_partials(ex))
