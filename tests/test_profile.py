@@ -300,7 +300,7 @@ def test_cuda_launches_are_read_in_program_order() -> None:
         for name, launchers in stream:
             kernels.append(GpuKernel(name, clock, clock + 2.0 + len(kernels) % 2, None, launchers))
             clock += 4.0
-    times, left, skipped = launch_times(program, kernels, calls=2)
+    times, left, skipped, _ = launch_times(program, kernels, calls=2)
     assert skipped == 0
     assert times == {0: 2.0, 1: 3.0, 2: 5.0, 3: 2.0}  # µs per step; flash attention's two kernels both counted
     assert left == pytest.approx(3.0)  # the fill no launch of ours made
@@ -309,18 +309,29 @@ def test_cuda_launches_are_read_in_program_order() -> None:
 
     nccl = GpuKernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1.0, 41.0, None)
     with_comms = kernels[:3] + [nccl] + kernels[3:]
-    assert launch_times(program, with_comms, calls=2) == (times, left, 0)
+    assert launch_times(program, with_comms, calls=2) == (times, left, 0, 0)
 
     # three calls of one library op in a row (q, k and v projections): each call's kernels are its own launch's
     mm = [(f"extern_{i}_aten_mm_default", True) for i in range(3)] + [("pointwise_3_add", False)]
     stream = [GpuKernel("gemm", 10.0 * i, 10.0 * i + 1 + i, None, ("aten::mm",), op=70 + i) for i in range(3)]
     stream.append(GpuKernel("pointwise_3_add", 40.0, 41.0, None))
-    assert launch_times(mm, stream, calls=1) == ({0: 1.0, 1: 2.0, 2: 3.0, 3: 1.0}, 0.0, 0)
+    assert launch_times(mm, stream, calls=1) == ({0: 1.0, 1: 2.0, 2: 3.0, 3: 1.0}, 0.0, 0, 0)
     # a generated kernel found past another generated launch that never ran: the order was not the program's
     assert launch_times(mm, stream[3:] + stream[:3], calls=1).skipped == 0
     assert launch_times([("pointwise_0_a", False), ("pointwise_1_b", False)],
                         [GpuKernel("pointwise_1_b", 0.0, 1.0, None)], calls=1).skipped == 1
     assert collectives_us(with_comms, calls=2) == {"AllReduce": (0.5, 20.0)}
+    # cuDNN's attention backward launches through the driver: its kernels have no host event in the profile. They
+    # are the extern's the stream has reached, or the next extern's once this one's call has had its own kernels.
+    attention = "aten__scaled_dot_product_cudnn_attention_backward_default"
+    backward = [("pointwise_0_mul", False), (f"extern_1_{attention}", True), ("extern_2_aten_mm_default", True),
+                (f"extern_3_{attention}", True), ("pointwise_4_add", False)]
+    stream = [GpuKernel("pointwise_0_mul", 0.0, 1.0, None), GpuKernel("cudnn_bprop_a", 2.0, 9.0, None),
+              GpuKernel("cudnn_bprop_b", 10.0, 12.0, None),
+              GpuKernel("gemm", 13.0, 16.0, None, ("aten::mm",), op=5),
+              GpuKernel("cudnn_bprop_a", 17.0, 24.0, None), GpuKernel("pointwise_4_add", 25.0, 26.0, None)]
+    reading = launch_times(backward, stream, calls=1)
+    assert reading == ({0: 1.0, 1: 9.0, 2: 3.0, 3: 7.0, 4: 1.0}, 0.0, 0, 3)
 
 
 def test_cuda_kernels_are_linked_to_the_op_that_launched_them() -> None:

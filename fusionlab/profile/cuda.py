@@ -37,11 +37,13 @@ class GpuKernel:
 
 class Launches(NamedTuple):
     """`launch_times`'s reading: µs per call of each launch, µs per call left over, and how many generated kernels
-    were found past launches of the program that never ran (the GPU ran the programs in another order)."""
+    were found past launches of the program that never ran (the GPU ran the programs in another order), and how many
+    kernels with no host event were placed by their position alone."""
 
     times: dict[int, float]
     left: float
     skipped: int
+    placed: int = 0  # kernels with no host event at all, given to the extern launch at their place in the stream
 
 
 #: the CUDA runtime's and driver's host events (cudaLaunchKernel, cuLaunchKernelEx, ...): not the user's ops
@@ -147,10 +149,11 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
     A generated kernel is found by its name, the next one of that name in the program; a kernel of another name
     (cuBLAS's, flash attention's) belongs to the extern launch at that point of the program whose aten op is one of
     its host events (an extern may launch several kernels, all under one op call: a kernel under another call of
-    the same op is the next launch's). What matches nothing is left over, not guessed."""
+    the same op is the next launch's), or, when the profile has no host event for it at all, the extern launch the
+    stream has reached. What matches nothing is left over, not guessed."""
     times: dict[int, float] = collections.defaultdict(float)
     left = 0.0
-    skipped = 0
+    skipped = placed = 0
     size = len(program)
     generated = {name for name, extern in program if not extern}
     position = 0  # the program's launch the stream has reached (cyclic: the steps run back to back)
@@ -163,6 +166,16 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
                 and kernel.op is not None and kernel.op != current):
             start = (position + 1) % size  # that extern's call is over: this kernel is a later launch's
         found = None
+        if size and not kernel.launchers and kernel.name not in generated:
+            # No host event launched it in the profile (cuDNN's attention backward launches through the driver):
+            # the stream runs in launch order, so it is the extern's at this point of the program (the next one's
+            # when this one's call has had kernels of its own).
+            target = position if current is None else (position + 1) % size
+            if program[target][1]:
+                times[target] += kernel.end - kernel.start
+                placed += 1
+                position, current = target, None
+                continue
         for offset in range(size):
             index = (start + offset) % size
             name, extern = program[index]
@@ -182,7 +195,7 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
             skipped += sum(1 for step in range(offset) if not program[(start + step) % size][1])
         times[found] += kernel.end - kernel.start
         position, current = (found, kernel.op) if program[found][1] else ((found + 1) % size, None)
-    return Launches({index: value / calls for index, value in times.items()}, left / calls, skipped)
+    return Launches({index: value / calls for index, value in times.items()}, left / calls, skipped, placed)
 
 
 _NCCL = re.compile(r"^nccl(?:Dev)?Kernel_(?P<kind>[A-Za-z]+)")
