@@ -104,6 +104,8 @@ class Exploration:
         """Let go of the example tensors, keeping what they look like (shape, strides, dtype, device): the backend
         explores each graph on uninitialised stand-ins of the sizes Dynamo saw, and holding them would hold as much
         memory as the graph's inputs (a training step's saved activations) for as long as the graph is kept."""
+        if self._example_specs is not None:
+            return  # released already: the specs describe the tensors, `_example_args` is empty
         self._example_specs = tuple(_TensorSpec(tuple(a.shape), a.stride(), a.dtype, a.device)
                                     if isinstance(a, torch.Tensor) else a for a in self._example_args)
         self._example_args = ()

@@ -29,6 +29,7 @@ CASES: dict[str, Callable[..., torch.Tensor]] = {
     "linear_bias_out": lambda x, w, b: F.linear(x, w, b),  # BERT's decoder: addmm, returned
     "linear_gelu": lambda x, w, b: F.gelu(F.linear(x, w, b)),  # the bias joins the consumer's kernel
     "linear_3d_flattened": lambda x, w, b: F.linear(x.view(4, -1, x.shape[-1]), w).view(-1),
+    "linear_3d_returned": lambda x, w, b: F.linear(x.view(4, -1, x.shape[-1]), w),  # mm, then _unsafe_view
     "contiguous_weight": lambda x, w, b: x @ w.t().contiguous(),
     "softmax_of_logits": lambda x, w, b: torch.softmax(x @ w.t(), -1),  # a consumer reads the slice
     "contract_the_vocabulary": lambda x, w, b: (x @ w.t()) @ w,  # the input's gradient: k padded
@@ -84,3 +85,23 @@ def test_gradients_through_a_padded_head(pad_on_cpu: None) -> None:
     assert any(_nodes(g.exploration, "pad") for g in dynamo_backend.since(before)), "the head was not padded"
     torch.testing.assert_close(x.grad, expected_x, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(embedding.weight.grad, expected_w, rtol=1e-4, atol=1e-6)
+
+
+def test_a_broadcast_bias_keeps_addmm_unpadded(pad_on_cpu: None) -> None:
+    # A one-element bias broadcasts over the product's columns: padded to n + pad it would not.
+    x, w, b = torch.randn(64, 96), torch.randn(1001, 96), torch.randn(1)
+    fn = lambda x, w, b: torch.addmm(b, x, w.t())  # noqa: E731
+    ex = fl.explore(fn, x, w, b)
+    fresh = (torch.randn_like(x), torch.randn_like(w), torch.randn_like(b))
+    torch.testing.assert_close(ex(*fresh), fn(*fresh), rtol=1e-4, atol=1e-4)
+
+
+def test_a_returned_3d_head_has_eager_strides_through_the_backend(pad_on_cpu: None) -> None:
+    torch._dynamo.reset()
+    head = torch.nn.Linear(96, 1001, bias=False)
+    h = torch.randn(4, 16, 96)
+    before = dynamo_backend.mark()
+    out = torch.compile(lambda t: head(t), backend=fl.backend)(h)
+    assert any(_nodes(g.exploration, "pad") for g in dynamo_backend.since(before))
+    assert out.stride() == head(h).stride()
+    torch.testing.assert_close(out.view(-1), head(h).view(-1), rtol=1e-4, atol=1e-4)

@@ -173,6 +173,10 @@ def _padded_product(b: Builder, x: Ref, y: Ref, pad: tuple[int, int, int], bias:
     return b.pointwise("copy", product) if pad_n and _reaches_output(b.node) else product
 
 
+# Reshapes whose schema does not say they alias (a 3-D `nn.Linear` is `mm` then `_unsafe_view`), read by IR views.
+_RESHAPES = frozenset({aten._unsafe_view.default, aten.reshape.default})
+
+
 def _reaches_output(node: Any) -> bool:
     """Whether the aten node's value, or a view of it, is an output of the captured program."""
     pending, seen = [node], set()
@@ -181,7 +185,8 @@ def _reaches_output(node: Any) -> bool:
         for user in current.users:
             if user.op == "output":
                 return True
-            if user.op == "call_function" and _is_view(user.target) and user not in seen:
+            passes_through = _is_view(user.target) or user.target in _RESHAPES  # mm -> _unsafe_view -> output
+            if user.op == "call_function" and passes_through and user not in seen:
                 seen.add(user)
                 pending.append(user)
     return False
@@ -204,7 +209,8 @@ def _addmm_bias_in_consumer(b: Builder, bias: Any, x: Any, y: Any, *, beta: Any 
     (cuBLAS's bias epilogue is free there: 0.535 ms of mm + addmm against 0.526 of addmm, docs/PERFORMANCE.md)."""
     pad = _padding(b, x, y)
     if not _bias_joins_consumers(b, bias):
-        if any(pad) and alpha == 1 and beta == 1 and isinstance(bias, Ref) and b.type_of(bias).rank == 1:
+        n = b.type_of(y).shape[1] if isinstance(y, Ref) else None
+        if any(pad) and alpha == 1 and beta == 1 and isinstance(bias, Ref) and b.type_of(bias).shape == (n,):
             return _padded_product(b, x, y, pad, bias)
         raise RuleNotApplicable("the product's users do not all run in generated kernels of its shape, so the bias "
                                 "stays in cuBLAS's epilogue (addmm)")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 SPLITTABLE = frozenset({"sum", "mean", "prod", "amax", "amin"})
 MIN_PROGRAM_ELEMENTS = 1 << 18  # elements each program reads: below this, the programs finish quickly anyway
 MIN_MIXED_ELEMENTS = 1 << 17  # a reduction over leading and trailing axes (NCHW over N, H, W) of this many splits
+MIN_TRAILING = 16  # the trailing axes' elements in a mixed reduction: fewer, and the first reduction is a copy
 MIN_PROGRAMS = 128  # a split pays when the kernel would run fewer programs than a GPU has SMs (132 on an H200)
 TARGET_PROGRAMS = 256  # what the first reduction aims for
 MIN_PARTIAL = 1024  # elements each of the first reduction's values still reduces
@@ -58,7 +59,7 @@ def plan_split(shape: tuple[int, ...], axes: tuple[int, ...], op: str) -> SplitP
     outer = tuple(a for a in axes if a not in trailing)
     count = programs(shape, axes)
     narrow = count < MIN_PROGRAMS and math.prod(shape) // count >= MIN_PROGRAM_ELEMENTS
-    if trailing and outer:
+    if trailing and outer and math.prod(shape[a] for a in trailing) >= MIN_TRAILING:
         # (N, H, W) of NCHW: (H, W) first, into N x C partial values. Past MIN_MIXED_ELEMENTS whatever the channel
         # count: one kernel walks each channel's elements with two integer divisions per element, and batch norm's
         # backward over [32, 1024, 14, 14] took 0.58 ms for 13 MB in 64 programs on an H200.

@@ -149,8 +149,8 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
     A generated kernel is found by its name, the next one of that name in the program; a kernel of another name
     (cuBLAS's, flash attention's) belongs to the extern launch at that point of the program whose aten op is one of
     its host events (an extern may launch several kernels, all under one op call: a kernel under another call of
-    the same op is the next launch's), or, when the profile has no host event for it at all, the extern launch the
-    stream has reached. What matches nothing is left over, not guessed."""
+    the same op is the next launch's), or, when the profile has no host event for it at all, the one extern launch
+    between the generated kernels around it. What matches nothing is left over, not guessed."""
     times: dict[int, float] = collections.defaultdict(float)
     left = 0.0
     skipped = placed = 0
@@ -166,16 +166,14 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
                 and kernel.op is not None and kernel.op != current):
             start = (position + 1) % size  # that extern's call is over: this kernel is a later launch's
         found = None
-        if size and not kernel.launchers and kernel.name not in generated:
-            # No host event launched it in the profile (cuDNN's attention backward launches through the driver):
-            # the stream runs in launch order, so it is the extern's at this point of the program (the next one's
-            # when this one's call has had kernels of its own).
-            target = position if current is None else (position + 1) % size
-            if program[target][1]:
-                times[target] += kernel.end - kernel.start
-                placed += 1
-                position, current = target, None
-                continue
+        if (size and not kernel.launchers and kernel.name not in generated and current is None
+                and program[position][1] and not program[(position + 1) % size][1]):
+            # No host event launched it in the profile (cuDNN's attention backward launches through the driver). The
+            # stream runs in launch order, and the stream has reached an extern launch that has had no kernel yet,
+            # alone between two generated ones: the kernel is its. Anywhere else it is left over.
+            times[position] += kernel.end - kernel.start
+            placed += 1
+            continue
         for offset in range(size):
             index = (start + offset) % size
             name, extern = program[index]

@@ -278,9 +278,9 @@ def _cuda_session(model: torch.nn.Module, eager_step: Step, our_step: Step,
     per_launch, left, skipped, placed = cuda.launch_times([(name, extern) for _, name, extern in program], ours,
                                                           rounds)
     if placed:
-        notes.append(f"{placed // rounds} GPU kernels per step had no launch event in the profile (cuDNN's attention "
-                     "backward launches through the driver): each counts for the extern launch at its place in the "
-                     "stream")
+        notes.append(f"{placed / rounds:g} GPU kernels per step had no launch event in the profile (cuDNN's attention "
+                     "backward launches through the driver): each counts for the one extern launch between the "
+                     "generated kernels around it")
     if skipped:
         notes.append(f"{skipped} of fusionlab's kernel launches per reading were passed over: the GPU ran its graphs "
                      "in an order other than the one they were compiled in, so some kernels' times may be another "
