@@ -105,3 +105,33 @@ def test_a_returned_3d_head_has_eager_strides_through_the_backend(pad_on_cpu: No
     assert any(_nodes(g.exploration, "pad") for g in dynamo_backend.since(before))
     assert out.stride() == head(h).stride()
     torch.testing.assert_close(out.view(-1), head(h).view(-1), rtol=1e-4, atol=1e-4)
+
+
+def test_a_transformers_gpt2_with_an_unaligned_vocabulary(pad_on_cpu: None) -> None:
+    # A real model end to end: GPT-2 with a 1001-word vocabulary, a training step and inference through the backend
+    # with its head products padded, against eager.
+    import copy
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=1001, n_embd=64, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0,
+                        embd_pdrop=0, attn_pdrop=0, bos_token_id=0, eos_token_id=0)
+    eager = GPT2LMHeadModel(config).train()
+    ours = copy.deepcopy(eager)
+    ids = torch.randint(0, 1001, (2, 16))
+    before = dynamo_backend.mark()
+    expected = eager(input_ids=ids, labels=ids).loss
+    actual = torch.compile(ours, backend=fl.backend)(input_ids=ids, labels=ids).loss
+    expected.backward()
+    actual.backward()
+    assert sum(len(_nodes(g.exploration, "pad")) for g in dynamo_backend.since(before)) >= 2  # forward and backward
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    for theirs, mine in zip(eager.parameters(), ours.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5 * float(theirs.grad.abs().max()))
+    with torch.no_grad():
+        logits = torch.compile(ours.eval(), backend=fl.backend)(input_ids=ids).logits
+        reference = eager.eval()(input_ids=ids).logits
+    assert logits.stride() == reference.stride()
+    torch.testing.assert_close(logits, reference, rtol=1e-4, atol=1e-5)
