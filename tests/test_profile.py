@@ -337,6 +337,14 @@ def test_cuda_launches_are_read_in_program_order() -> None:
     stream = [GpuKernel("pointwise_0_mul", 0.0, 1.0, None), GpuKernel("cudnn_bprop_a", 2.0, 9.0, None),
               GpuKernel("cudnn_bprop_a", 10.0, 17.0, None), GpuKernel("pointwise_3_add", 18.0, 19.0, None)]
     assert launch_times(two, stream, calls=1) == ({0: 1.0, 3: 1.0}, 14.0, 0, 0)
+    # a kernel with no host event beside a library op that launches through the runtime is not its: left over
+    plain = [("pointwise_0_mul", False), ("extern_1_aten_mm_default", True), ("pointwise_2_add", False)]
+    stream = [GpuKernel("pointwise_0_mul", 0.0, 1.0, None), GpuKernel("foreign", 2.0, 50.0, None),
+              GpuKernel("gemm", 51.0, 54.0, None, ("aten::mm",), op=9), GpuKernel("pointwise_2_add", 55.0, 56.0, None)]
+    assert launch_times(plain, stream, calls=1) == ({0: 1.0, 1: 3.0, 2: 1.0}, 48.0, 0, 0)
+    # a program of one attention extern: no generated kernel around it to bound it, so nothing is placed
+    assert launch_times([(f"extern_0_{attention}", True)], [GpuKernel("cudnn_bprop_a", 0.0, 7.0, None)],
+                        calls=1) == ({}, 7.0, 0, 0)
 
 
 def test_cuda_kernels_are_linked_to_the_op_that_launched_them() -> None:

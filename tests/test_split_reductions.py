@@ -27,6 +27,7 @@ from fusionlab.decompose.split import SplitPlan, plan_split
     ((3, 17384), (1,), None),  # three rows of 17k: each program quick
     ((3, 1_000_003), (1,), None),  # a prime length: no even cut
     ((65536, 4, 1), (0, 2), SplitPlan((64, 1024, 4, 1), (1, 3), (0,))),  # a size-1 trailing axis: the leading one cut
+    ((65537, 8, 2), (0, 2), None),  # and a prime leading size: no cut, and no first reduction of two elements
 ])
 def test_when_a_reduction_splits(shape: tuple[int, ...], axes: tuple[int, ...], expected: SplitPlan | None) -> None:
     assert plan_split(shape, axes, "sum") == expected

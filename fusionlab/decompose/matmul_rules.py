@@ -169,7 +169,8 @@ def _padded_product(b: Builder, x: Ref, y: Ref, pad: tuple[int, int, int], bias:
         product = b.view("slice", product, (m + pad_m, n), dim=1, start=0, step=1)
     if pad_m:
         product = b.view("slice", product, (m, n), dim=0, start=0, step=1)
-    # Returned to the caller, the product has eager's strides (a copy): `logits.view(-1)` must work as in eager.
+    # Returned to the caller, the product has eager's strides (a copy): `logits.view(-1)` must work as in eager. So
+    # does one that `as_strided` reads, which addresses the storage, not the slice.
     return b.pointwise("copy", product) if pad_n and _reaches_output(b.node) else product
 
 
@@ -178,12 +179,13 @@ _RESHAPES = frozenset({aten._unsafe_view.default, aten.reshape.default})
 
 
 def _reaches_output(node: Any) -> bool:
-    """Whether the aten node's value, or a view of it, is an output of the captured program."""
+    """Whether the aten node's value, or a view of it, is an output of the captured program or read by
+    `as_strided` (which takes the storage as it is)."""
     pending, seen = [node], set()
     while pending:
         current = pending.pop()
         for user in current.users:
-            if user.op == "output":
+            if user.op == "output" or "as_strided" in str(user.target):
                 return True
             passes_through = _is_view(user.target) or user.target in _RESHAPES  # mm -> _unsafe_view -> output
             if user.op == "call_function" and passes_through and user not in seen:

@@ -80,7 +80,8 @@ def plan_split(shape: tuple[int, ...], axes: tuple[int, ...], op: str) -> SplitP
     s = _parts(shape[first], lambda s: programs(split_shape(s), inner), reduced)
     if s is not None:
         return SplitPlan(split_shape(s), inner, (first,))
-    if len(axes) > 1 and programs(shape, axes[1:]) > programs(shape, axes):
+    if (len(axes) > 1 and programs(shape, axes[1:]) > programs(shape, axes)
+            and math.prod(shape[a] for a in axes[1:]) >= MIN_PARTIAL):
         return SplitPlan(shape, axes[1:], (first,))
     return None
 

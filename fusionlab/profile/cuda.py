@@ -46,6 +46,9 @@ class Launches(NamedTuple):
     placed: int = 0  # kernels with no host event at all, given to the extern launch at their place in the stream
 
 
+#: extern ops whose kernels may have no host event in the profile (cuDNN's attention launches through the driver)
+_DRIVER_LAUNCHED = re.compile(r"attention")
+
 #: the CUDA runtime's and driver's host events (cudaLaunchKernel, cuLaunchKernelEx, ...): not the user's ops
 _RUNTIME = re.compile(r"^(cuda[A-Z]|cu[A-Z])")
 
@@ -150,7 +153,8 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
     (cuBLAS's, flash attention's) belongs to the extern launch at that point of the program whose aten op is one of
     its host events (an extern may launch several kernels, all under one op call: a kernel under another call of
     the same op is the next launch's), or, when the profile has no host event for it at all, the one extern launch
-    between the generated kernels around it. What matches nothing is left over, not guessed."""
+    between the generated kernels around it if that is an attention op (cuDNN's launch through the driver). What
+    matches nothing is left over, not guessed."""
     times: dict[int, float] = collections.defaultdict(float)
     left = 0.0
     skipped = placed = 0
@@ -167,7 +171,8 @@ def launch_times(program: Sequence[tuple[str, bool]], kernels: Sequence[GpuKerne
             start = (position + 1) % size  # that extern's call is over: this kernel is a later launch's
         found = None
         if (size and not kernel.launchers and kernel.name not in generated and current is None
-                and program[position][1] and not program[(position + 1) % size][1]):
+                and program[position][1] and _DRIVER_LAUNCHED.search(program[position][0])
+                and not program[(position + 1) % size][1]):
             # No host event launched it in the profile (cuDNN's attention backward launches through the driver). The
             # stream runs in launch order, and the stream has reached an extern launch that has had no kernel yet,
             # alone between two generated ones: the kernel is its. Anywhere else it is left over.
