@@ -331,8 +331,8 @@ class Builder:
         """A reduction as two (decompose/split.py): partial values over `plan.first`, then over `plan.second`. The
         partial values of a half-precision sum, mean or product are float32, as one kernel's accumulator is."""
         dtype = self.type_of(value).dtype
-        if op in ("sum", "mean", "prod") and dtype in (torch.float16, torch.bfloat16):
-            value = self.cast(value, torch.float32)
+        if op in ("sum", "mean", "prod"):
+            value = self.cast(value, compute_dtype(dtype))
         value = self.reshape(value, plan.shape)
         partial_shape = tuple(1 if i in plan.first else d for i, d in enumerate(plan.shape))
         partial = self._add("reduction", op, (value,), TensorType(partial_shape, self.type_of(value).dtype),

@@ -131,9 +131,9 @@ def _padding(b: Builder, x: Any, y: Any) -> tuple[int, int, int]:
     if not all(isinstance(d, int) for d in (m, k, n)) or m * n * k < PAD_MIN_FLOPS:
         return 0, 0, 0
     align = PAD_BYTES // left.itemsize
-    needs_m = _transposed(b, x) is not None
-    needs_k = _transposed(b, x) is None or _transposed(b, y) is not None
-    return (-m % align if needs_m else 0), (-k % align if needs_k else 0), -n % align
+    x_transposed = _transposed(b, x) is not None
+    needs_k = not x_transposed or _transposed(b, y) is not None
+    return (-m % align if x_transposed else 0), (-k % align if needs_k else 0), -n % align
 
 
 def _pad_matrix(b: Builder, value: Ref, rows: int, columns: int) -> Ref:
