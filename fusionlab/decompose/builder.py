@@ -16,7 +16,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.decompose import split
+from fusionlab.decompose import hoist, split
 from fusionlab.decompose.primitives import POINTWISE
 from fusionlab.ir import Arg, Dim, Node, Ref, Scalar, TensorType, static_value
 from fusionlab.names import sanitize
@@ -254,6 +254,9 @@ class Builder:
                 raise RuleNotApplicable(f"an index tensor of {index_type.dtype} (int64 or int32 indices are read in "
                                         "a kernel; a bool mask gives a data-dependent shape)")
             operands.append(self.broadcast(index, tuple(shape)))
+        hoisted = hoist.gathered(self, table, operands[1:], dim, tuple(shape), wrap)  # type: ignore[arg-type]
+        if hoisted is not None:  # gathered from what the table is computed from (decompose/hoist.py)
+            return hoisted
         return self._add("pointwise", "index", tuple(operands), TensorType(tuple(shape), table_type.dtype),
                          {"dim": dim, "wrap": wrap})
 
@@ -320,12 +323,24 @@ class Builder:
             current = self.type_of(value)
         shape = tuple((1 if i in axes else d) for i, d in enumerate(current.shape) if keepdim or i not in axes)
         out_dtype = torch.int64 if op in ("argmax", "argmin") else current.dtype
-        static = tuple(static_value(d) for d in current.shape)
-        plan = split.plan_split(static, axes, op) if None not in static else None  # type: ignore[arg-type]
+        plan = self.split_plan(value, axes, op)
         if plan is not None:
             return self._split_reduce(op, value, plan, shape)
         return self._add("reduction", op, (value,), TensorType(shape, out_dtype),
                          {"axes": axes, "keepdim": keepdim})
+
+    def split_plan(self, value: Ref, axes: Sequence[int], op: str = "sum") -> split.SplitPlan | None:
+        """How a reduction of `value` over `axes` is split in two (decompose/split.py), or None."""
+        static = tuple(static_value(d) for d in self.type_of(value).shape)
+        rank = len(static)
+        axes = tuple(sorted({a % rank for a in axes})) if axes else tuple(range(rank))
+        return split.plan_split(static, axes, op) if None not in static else None  # type: ignore[arg-type]
+
+    def partial(self, op: str, value: Ref, axes: tuple[int, ...]) -> Ref:
+        """The first of a split reduction's two (`{op}_partial`, dims kept): never split again."""
+        shape = tuple(1 if i in axes else d for i, d in enumerate(self.type_of(value).shape))
+        return self._add("reduction", op, (value,), TensorType(shape, self.type_of(value).dtype),
+                         {"axes": axes, "keepdim": True}, base=f"{op}_partial")
 
     def _split_reduce(self, op: str, value: Ref, plan: split.SplitPlan, shape: tuple[Dim, ...]) -> Ref:
         """A reduction as two (decompose/split.py): partial values over `plan.first`, then over `plan.second`. The
@@ -333,10 +348,8 @@ class Builder:
         dtype = self.type_of(value).dtype
         if op in ("sum", "mean", "prod"):
             value = self.cast(value, compute_dtype(dtype))
-        value = self.reshape(value, plan.shape)
-        partial_shape = tuple(1 if i in plan.first else d for i, d in enumerate(plan.shape))
-        partial = self._add("reduction", op, (value,), TensorType(partial_shape, self.type_of(value).dtype),
-                            {"axes": plan.first, "keepdim": True}, base=f"{op}_partial")
+        value = hoist.reshaped(self, value, plan.shape)  # a reshape would keep a pointwise producer out of the kernel
+        partial = self.partial(op, value, plan.first)
         total = self.reduce(op, partial, plan.second, keepdim=True)
         return self.cast(self.reshape(total, shape), dtype)
 

@@ -63,6 +63,7 @@ def benchmark(
     workload: str | None = None,
     rounds: int | None = None,
     threads: int | None = None,
+    draw_inputs: Callable[[], tuple[Any, ...]] | None = None,
 ) -> BenchReport:
     """Time (or model) eager, fusionlab and Inductor on the exploration's function; rows stream to `callback`.
 
@@ -71,7 +72,9 @@ def benchmark(
     The measured programs are timed in `rounds` rounds (default 5), one after another in each round and in a
     rotated order, so that a slow spell of the machine falls on all of them; a program's time is the median of its
     rounds' medians, its fastest and slowest rounds are its row's `low_ms` and `high_ms`, and every round's figure
-    is kept in `BenchReport.round_ms`. On a CPU, Inductor is compiled and everything is timed at `threads` threads
+    is kept in `BenchReport.round_ms`. Correctness is checked first, on inputs from `draw_inputs()` (default: new
+    N(0, 1) values shaped like the exploration's; a workload whose values have constraints, probabilities or a
+    non-negative moment, draws its own). On a CPU, Inductor is compiled and everything is timed at `threads` threads
     (default `CPU_TIMING_THREADS`, 1), restored after; the report and its rows say how many.
     """
     if rounds is not None and rounds < 1:
@@ -101,7 +104,7 @@ def benchmark(
 
     with _steps(progress, total=6, description=f"benchmark {name}") as step:
         step("correctness")
-        fresh = fresh_inputs(inputs)
+        fresh = fresh_inputs(inputs) if draw_inputs is None else draw_inputs()
         flat = exploration.flat_inputs(fresh, keywords)
         with torch.no_grad():  # eager on copies: a function that updates its inputs (an optimizer step) would
             # otherwise hand fusionlab inputs already updated, and return the very tensor fusionlab then writes

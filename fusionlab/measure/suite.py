@@ -102,7 +102,7 @@ def _run_one(
         fn, inputs = workload.build(size, device, dtype)
         report = benchmark(
             explore(fn, *inputs), profile=profile, progress=progress, repeat=repeat, workload=workload.name,
-            rounds=rounds,
+            rounds=rounds, draw_inputs=lambda: workload.fresh_inputs(size, device, dtype),
         )
         return summary_row(report, workload, inputs, dtype), report
     except Exception as error:  # one broken workload must not hide the others' results

@@ -12,7 +12,9 @@ device, the meta device included (shapes only: what the GPU size would allocate)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +28,19 @@ Size = Literal["cpu", "gpu"]
 Bound = Literal["memory", "compute"]
 DeviceLike = str | torch.device
 InputFactory = Callable[[Size, DeviceLike, torch.dtype], tuple[Any, ...]]
+
+# Added to every seed `random_tensor` and `indices` draw from: `Workload.fresh_inputs` draws other values of the same
+# kind (softmax rows stay probabilities, a second moment stays non-negative, indices stay in range).
+_DRAW = contextvars.ContextVar("fusionlab_workload_draw", default=0)
+
+
+@contextlib.contextmanager
+def _draw(number: int) -> Iterator[None]:
+    token = _DRAW.set(number * 1_000_003)
+    try:
+        yield
+    finally:
+        _DRAW.reset(token)
 
 
 def tensor_bytes(value: Any) -> int:
@@ -84,6 +99,13 @@ class Workload:
             raise ValueError(f"workload {self.name!r} has neither fn nor make_module: give it one")
         return self.fn, inputs
 
+    def fresh_inputs(self, size: Size = "cpu", device: DeviceLike = "cpu", dtype: torch.dtype | None = None,
+                     draw: int = 1) -> tuple[Any, ...]:
+        """Inputs made as `build` makes them, from other seeds: new values with the workload's own constraints, for
+        a correctness check on inputs the program was not explored on (draw 0 gives `build`'s own)."""
+        with _draw(draw):
+            return self.make_inputs(size, device, dtype if dtype is not None else default_dtype(size))
+
     def __repr__(self) -> str:
         return f"Workload({self.name}: {self.bound}-bound, {self.description})"
 
@@ -98,7 +120,7 @@ def random_tensor(shape: tuple[int, ...], device: DeviceLike, dtype: torch.dtype
     where = torch.device(device)
     if where.type == "meta":  # shapes only: what the GPU size would allocate, without allocating it
         return torch.empty(shape, device=where, dtype=dtype)
-    generator = torch.Generator(device=where).manual_seed(seed)
+    generator = torch.Generator(device=where).manual_seed(seed + _DRAW.get())
     return torch.randn(shape, generator=generator, device=where, dtype=dtype)
 
 
@@ -107,7 +129,7 @@ def indices(shape: tuple[int, ...], high: int, device: DeviceLike, seed: int) ->
     where = torch.device(device)
     if where.type == "meta":
         return torch.empty(shape, device=where, dtype=torch.int64)
-    generator = torch.Generator(device=where).manual_seed(seed)
+    generator = torch.Generator(device=where).manual_seed(seed + _DRAW.get())
     return torch.randint(0, high, shape, generator=generator, device=where, dtype=torch.int64)
 
 

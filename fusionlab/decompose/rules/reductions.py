@@ -7,12 +7,15 @@ var, std, logsumexp and the vector norm are built from them and pointwise primit
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable
+from fusionlab.decompose import hoist
+from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable, compute_dtype
 from fusionlab.decompose.rules.pointwise import float_operands
+from fusionlab.decompose.split import SplitPlan
 from fusionlab.ir import Ref
 
 aten = torch.ops.aten
@@ -73,10 +76,39 @@ def _variance_and_mean(b: Builder, x: Ref, dim: Any, correction: Any, keepdim: b
     dims = _dims(dim)
     x = float_operands(b, x)[0]
     count = b.reduced_numel(x, dims)
+    plan = b.split_plan(x, dims)
+    if plan is not None:
+        return _split_variance_and_mean(b, x, dims, plan, count - correction, keepdim)
     mean = b.reduce("mean", x, dims, True)
     centered = b.pointwise("sub", x, mean)
     squares = b.reduce("sum", b.pointwise("mul", centered, centered), dims, keepdim)
     return b.pointwise("div", squares, max(count - correction, 0)), mean
+
+
+def _split_variance_and_mean(b: Builder, x: Ref, dims: tuple[int, ...], plan: SplitPlan, divisor: Any,
+                             keepdim: bool) -> tuple[Ref, Ref]:
+    """A variance split as a sum is (decompose/split.py), in one pass over `x` as one kernel's Welford pass is: each
+    part's mean and sum of squared deviations (one kernel), then the parts combined (Chan et al.'s rule for parts of
+    n elements each: M2 = sum(M2_part) + n * sum((mean_part - mean)^2)). Computed in float32, then rounded."""
+    dtype = b.type_of(x).dtype
+    parts = hoist.reshaped(b, b.cast(x, compute_dtype(dtype)), plan.shape)
+    size = math.prod(plan.shape[a] for a in plan.first)
+    part_mean = b.partial("mean", parts, plan.first)
+    deviation = b.pointwise("sub", parts, part_mean)
+    part_m2 = b.partial("sum", b.pointwise("mul", deviation, deviation), plan.first)
+    mean = b.reduce("mean", part_mean, plan.second, True)
+    spread = b.pointwise("sub", part_mean, mean)
+    spread = b.reduce("sum", b.pointwise("mul", spread, spread), plan.second, True)
+    m2 = b.pointwise("add", b.reduce("sum", part_m2, plan.second, True), b.pointwise("mul", spread, size))
+    rank = b.type_of(x).rank
+    axes = {a % rank for a in dims} if dims else set(range(rank))
+    kept = tuple(1 if i in axes else d for i, d in enumerate(b.type_of(x).shape))
+    variance = b.reshape(b.pointwise("div", m2, max(divisor, 0)), kept if keepdim else _squeezed(kept, axes))
+    return b.cast(variance, dtype), b.cast(b.reshape(mean, kept), dtype)
+
+
+def _squeezed(shape: tuple[Any, ...], axes: set[int]) -> tuple[Any, ...]:
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
 def _std(b: Builder, x: Ref, dim: Any = None, **kwargs: Any) -> Ref:
