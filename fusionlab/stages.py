@@ -317,6 +317,8 @@ class Fused(_Stage):
                           f"{group.bytes_written} B", place)
             for name in group.nodes:
                 lines.append(f"        # {graph[name].text()}")
+            for name in group.recomputed:  # fusion/recompute.py
+                lines.append(f"        # {graph[name].text()}  (recomputed here: cheaper than storing it)")
         lines.append(f"    return ({', '.join(graph.outputs)},)")
         lines.append("# decisions:")
         for d in self.decisions:

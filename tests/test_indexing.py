@@ -332,3 +332,16 @@ def test_select_scatter_and_slice_backward_in_training() -> None:
     assert backward.role == "backward"
     externs = {n.op for n in backward.exploration.decomposed.graph.nodes if n.kind == "extern"}
     assert not {"aten.slice_scatter.default", "aten.select_scatter.default"} & externs, externs
+
+
+def test_cross_entropy_gathers_the_logits_and_stores_only_row_statistics() -> None:
+    # log_softmax(x)[i, t[i]] is x[i, t[i]] - amax[i] - log(sum[i]) (decompose/hoist.py): no kernel writes the
+    # [rows, vocabulary] log-probabilities only to read one value per row back
+    logits, targets = torch.randn(6, 5000), torch.randint(0, 5000, (6,))
+    ex = _explore(F.cross_entropy, logits, targets)
+    graph = ex.decomposed.graph
+    written = [v for g in ex.fused.groups if g.is_kernel for v in g.outputs]
+    assert all(graph[v].type.numel < logits.numel() for v in written), written
+    _same(ex, F.cross_entropy, torch.randn(6, 5000), torch.randint(0, 5000, (6,)), exact=False)
+    with pytest.raises(Exception, match="out of range"):  # a target past the vocabulary still raises
+        ex(torch.randn(6, 5000), torch.tensor([0, 1, 5000, 2, 3, 4]))

@@ -136,3 +136,42 @@ def _random_program(seed: int) -> bool:
     torch.testing.assert_close(ex(fresh), program(fresh), **tolerance,
                                msg=lambda m: f"seed {seed}: {op} {axes} of {shape} by {order}, {dtype}: {m}")
     return bool(_partials(ex))
+
+
+# A variance splits as a sum does, in one pass: each part's mean and squared deviations, then Chan's combination.
+VARIANCES: dict[str, tuple[Callable[[torch.Tensor], Any], tuple[int, ...]]] = {
+    "var_mean_columns": (lambda x: torch.var_mean(x, 0), (1 << 20, 16)),
+    "var_keepdim": (lambda x: torch.var(x, 0, keepdim=True), (1 << 20, 16)),
+    "std_leading_pair": (lambda x: torch.std(x, (0, 1)), (64, 1 << 14, 16)),
+    "var_mean_nchw_biased": (lambda x: torch.var_mean(x, (0, 2, 3), correction=0, keepdim=True), (8, 16, 64, 256)),
+    "var_long_rows": (lambda x: torch.var(x, -1), (4, 1 << 20)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(VARIANCES))
+def test_split_variance_is_one_pass_and_matches_float64(case: str, dtype: torch.dtype) -> None:
+    fn, shape = VARIANCES[case]
+    ex = fl.explore(fn, torch.randn(shape).to(dtype))
+    assert _partials(ex) and len(ex.generated.kernels) == 2, ex.fused.as_text()
+    fresh = (torch.randn(shape) * 2 + 7).to(dtype)  # an offset mean: a one-pass sum of squares would cancel
+    got, want = ex(fresh), fn(fresh.double())
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    for mine, exact in zip(got, want):
+        assert mine.shape == exact.shape and mine.dtype == dtype
+        # float32: far inside eager's own error; bf16: the output's rounding (values 2-7, spacing 1/64-1/32)
+        tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=8e-3, atol=2e-2)
+        torch.testing.assert_close(mine.double(), exact, **tolerance)
+
+
+def test_a_split_column_sum_reads_its_bf16_input_in_the_partial_kernel() -> None:
+    # The split reshapes [16, 4096, 1024] into parts; a reshape runs between kernels, so the float32 upcast before it
+    # was a kernel of its own writing the whole matrix (400 MB at this size). The reshape now moves ahead of the cast.
+    x = torch.randn(16, 4096, 1024, dtype=torch.bfloat16)
+    fn = lambda t: t.sum((0, 1))  # noqa: E731
+    ex = fl.explore(fn, x)
+    assert _partials(ex) and len(ex.generated.kernels) == 2
+    first = ex.fused.groups[[g.is_kernel for g in ex.fused.groups].index(True)]
+    assert first.bytes_read == x.numel() * 2 and first.bytes_written < x.numel(), first
+    fresh = torch.randn(x.shape, dtype=torch.bfloat16)
+    torch.testing.assert_close(ex(fresh), fresh.float().sum((0, 1)).to(torch.bfloat16), rtol=2e-2, atol=1e-1)

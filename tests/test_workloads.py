@@ -144,3 +144,15 @@ def test_column_mean_var_reads_its_matrix_once() -> None:
     (kernel,) = ex.generated.kernels
     assert "(Welford)" in kernel.source
     assert ex.verify().ok
+
+
+def test_fresh_inputs_are_new_values_of_the_same_kind() -> None:
+    # The suite checks correctness on these: softmax rows stay probabilities, AdamW's second moment non-negative
+    softmax, adamw = workloads.get("softmax_backward"), workloads.get("adamw_step")
+    _, built = softmax.build("cpu")
+    fresh = softmax.fresh_inputs("cpu")
+    assert not torch.equal(built[1], fresh[1])
+    torch.testing.assert_close(fresh[1].sum(-1), torch.ones(fresh[1].shape[:-1]))
+    assert (adamw.fresh_inputs("cpu")[3] >= 0).all()
+    for first, second in zip(softmax.fresh_inputs("cpu", draw=0), built):
+        assert torch.equal(first, second)  # draw 0 is build's own

@@ -69,7 +69,7 @@ class KernelWriter(IndexWriter):
     def __init__(self, graph: Graph, group: FusionGroup, name: str, contiguous: set[str], plan: KernelPlan) -> None:
         super().__init__(graph, group, name, plan)
         self.contiguous = contiguous
-        self.members = set(group.nodes)
+        self.members = set(group.nodes) | set(group.recomputed)  # recomputed: fusion/recompute.py
         self.globals: dict[str, str] = {}  # reduction results, visible after their loop
         self.welford = plan.partners
         self.online = dict(plan.online)

@@ -18,6 +18,7 @@ from typing import Any, overload
 from fusionlab.fusion.domain import Domain, analyse, view_source
 from fusionlab.fusion.kinds import KERNEL_GROUP_KINDS, GroupKind
 from fusionlab.fusion.policy import GroupInfo, Policy, Verdict
+from fusionlab.fusion.recompute import recompute
 from fusionlab.ir import Graph, draws_random_numbers
 
 
@@ -55,6 +56,8 @@ class FusionGroup:
     # module paths of its compute nodes, in program order, each once ("" for top-level code beside them); () when no
     # node has a module (a plain function)
     modules: tuple[str, ...] = ()
+    # nodes of other groups this kernel computes again instead of loading their stored values (fusion/recompute.py)
+    recomputed: tuple[str, ...] = ()
 
     @property
     def is_kernel(self) -> bool:
@@ -288,6 +291,8 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
                               "so the pass never considers them as a pair; force each step of the path between them")
     groups = tuple(describe_group(graph, members, partition.stored(members), index)
                    for index, members in enumerate(partition.snapshot()))
+    if getattr(policy, "recompute", False):
+        groups = recompute(graph, groups, {name for pair in forbidden for name in pair})
     return FuseResult(groups, tuple(decisions), Partitions(graph, merges), policy.name)
 
 

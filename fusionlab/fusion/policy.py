@@ -107,6 +107,9 @@ class DefaultFusion:
     """Pointwise chains, reductions with their pointwise prologue and epilogue, and matmul epilogues."""
 
     name = "default"
+    # a cheap pointwise value one kernel computes and another reads is computed again by the reader instead of being
+    # stored (fusion/recompute.py); a policy without this attribute never recomputes
+    recompute = True
 
     def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict:
         extern = _extern_reason(producer, consumer)
