@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
+from fusionlab.fusion import siblings
 from fusionlab.fusion.domain import Domain, analyse, view_source
 from fusionlab.fusion.kinds import KERNEL_GROUP_KINDS, GroupKind
 from fusionlab.fusion.policy import GroupInfo, Policy, Verdict
@@ -285,6 +286,17 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
             if verdict.ok:
                 partition.merge(producer, consumer)
             merges.append((producer, consumer) if verdict.ok else None)
+    if getattr(policy, "siblings", False):
+        while (pair := siblings.next_pair(partition, forbidden)) is not None:
+            first, second, common = pair
+            shared = f", both read {common}: one kernel reads it once" if common else ": one kernel, one launch"
+            decisions.append(FusionDecision(
+                len(decisions), _first_reduction(partition, first), _first_reduction(partition, second), True,
+                f"siblings: both reduce the same rows and neither needs the other{shared}",
+                _bytes_saved(partition, first, second),
+                tuple(partition.members[first]), tuple(partition.members[second])))
+            partition.merge(first, second)
+            merges.append((first, second))
     for a, b in sorted(forced):
         if partition.group_of[a] != partition.group_of[b]:
             raise FusionError(f"cannot force fusing {a} into {b}: {b} does not read {a} (directly or through views), "
@@ -294,6 +306,10 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
     if getattr(policy, "recompute", False):
         groups = recompute(graph, groups, {name for pair in forbidden for name in pair})
     return FuseResult(groups, tuple(decisions), Partitions(graph, merges), policy.name)
+
+
+def _first_reduction(partition: _Partition, group: str) -> str:
+    return next(m for m in partition.members[group] if partition.graph[m].kind == "reduction")
 
 
 def _forced_into(forced: set[tuple[str, str]], partition: _Partition, group: str) -> bool:

@@ -110,6 +110,9 @@ class DefaultFusion:
     # a cheap pointwise value one kernel computes and another reads is computed again by the reader instead of being
     # stored (fusion/recompute.py); a policy without this attribute never recomputes
     recompute = True
+    # two reductions over the same rows that read the same tensor and need nothing of each other share one kernel
+    # (fusion/siblings.py); a policy without this attribute never merges siblings
+    siblings = True
 
     def can_fuse(self, producer: GroupInfo, consumer: GroupInfo) -> Verdict:
         extern = _extern_reason(producer, consumer)
