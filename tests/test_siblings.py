@@ -4,6 +4,8 @@ random programs of sibling reductions against eager, and that only the default p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 import fusionlab as fl
@@ -36,21 +38,25 @@ def test_a_reduction_of_anothers_result_is_no_sibling() -> None:
         torch.testing.assert_close(mine, theirs)
 
 
+def _siblings(ops: list[str], axis: int) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return getattr(a * b, ops[0])(axis), getattr(torch.tanh(a), ops[1])(axis), getattr(b + 1, ops[2])(axis)
+
+    return fn
+
+
 def test_random_sibling_reductions_match_eager() -> None:
     merged = 0
     for seed in range(10):
         gen = torch.Generator().manual_seed(seed)
         rows, width = (int(v) for v in torch.randint(2, 300, (2,), generator=gen))
         axis = int(torch.randint(0, 2, (1,), generator=gen))
-        ops = [("sum", "amax", "mean", "amin")[int(i)] for i in torch.randint(0, 4, (3,), generator=gen)]
-
-        def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return (getattr(a * b, ops[0])(axis), getattr(torch.tanh(a), ops[1])(axis), getattr(b + 1, ops[2])(axis))
-
+        fn = _siblings([("sum", "amax", "mean", "amin")[int(i)] for i in torch.randint(0, 4, (3,), generator=gen)],
+                       axis)
         inputs = torch.randn(rows, width, generator=gen), torch.randn(rows, width, generator=gen)
         ex = fl.explore(fn, *inputs)
         merged += len(_reduction_kernels(ex)) == 1
         fresh = torch.randn(rows, width), torch.randn(rows, width)
         for mine, theirs in zip(ex(*fresh), fn(*fresh)):
-            torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5, msg=lambda m: f"seed {seed}: {m}")
+            torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5, msg=f"seed {seed}")
     assert merged >= 8, f"only {merged} of 10 programs merged their three sibling reductions"
