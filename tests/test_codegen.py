@@ -318,3 +318,22 @@ def test_wrapper_sections_are_the_lines_each_group_wrote() -> None:
     assert lines[program.sections[0].first - 1].strip().startswith("#")
     assert lines[program.sections[-1].last].strip().startswith("return")
     assert all(a.last + 1 == b.first for a, b in zip(program.sections, program.sections[1:]))
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 14, 14), (2, 8, 7, 7), (3, 5, 1, 9), (2, 4, 16, 1), (6, 6, 6, 6)])
+def test_a_tile_walks_every_trailing_dim_its_broadcast_operands_are_constant_over(shape: tuple[int, ...]) -> None:
+    # Batch norm in eval form over NCHW: the per-channel vectors are constant over (H, W), so the tile's columns are
+    # H * W (rows N * C): no index division per element, and no 7-wide tiles at 7 x 7
+    n, c, h, w = shape
+    mean, var, weight, bias = torch.randn(c), torch.rand(c) + 0.5, torch.randn(c), torch.randn(c)
+    fn = lambda x, r: F.relu(F.batch_norm(x, mean, var, weight, bias, False) + r)  # noqa: E731
+    ex = fl.explore(fn, torch.randn(shape), torch.randn(shape))
+    tiled = [k for k in ex.generated.kernels if k.kind == "tiled"]
+    if tiled:
+        assert tiled[0].columns == (2, 3), tiled[0].columns
+        assert f"xnumel={n * c}, rnumel={h * w})" in ex.generated.wrapper
+    fresh = torch.randn(shape), torch.randn(shape)
+    torch.testing.assert_close(ex(*fresh), fn(*fresh), rtol=1e-5, atol=1e-5)
+    # a bias along the last dim still walks the last dim alone (it is read at the column)
+    biased = fl.explore(lambda x, b: torch.tanh(x + b), torch.randn(shape), torch.randn(w))
+    assert all(k.columns in ((), (3,)) for k in biased.generated.kernels)

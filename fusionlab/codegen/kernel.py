@@ -42,6 +42,7 @@ class KernelSource:
     heavy: int = 0  # special-function ops and extra stores per element: more warps hide their latency
     accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live at once (block sizes shrink)
     modules: tuple[str, ...] = ()  # module paths of the group's compute nodes (FusionGroup.modules)
+    columns: tuple[int, ...] = ()  # a tiled kernel's column dims (rnumel is their product; plan._columns)
 
     @property
     def constexprs(self) -> tuple[str, ...]:
@@ -498,4 +499,5 @@ class KernelWriter(IndexWriter):
         arguments = tuple(ordered) + tuple(KernelArgument(n, "numel") for n in numels)
         plan = self.plan
         return KernelSource(self.name, self.group.name, plan.kind, "\n".join(lines) + "\n", arguments,
-                            plan.persistent, self.domain, plan.heavy, plan.accumulators, self.group.modules)
+                            plan.persistent, self.domain, plan.heavy, plan.accumulators, self.group.modules,
+                            plan.layout.axes if plan.tiled else ())

@@ -1,7 +1,7 @@
 """The kinds of generated kernel: how the code generator shaped a group's kernel, and so how it is launched.
 
     pointwise        flat over the group's elements: one size argument, xnumel
-    tiled            pointwise over a 2-D tile [rows, last dimension] (broadcast operands read at `rindex`)
+    tiled            pointwise over a 2-D tile [rows, trailing dimensions] (broadcast operands read by row or column)
     reduction        rows reduced in registers (persistent) or in a loop
     outer_reduction  a reduction over leading axes: strided [XBLOCK, RBLOCK] tiles, software-pipelined
     matmul           one 2-D product in [BLOCK_M, BLOCK_N] tiles, then its pointwise epilogue
@@ -16,7 +16,8 @@ from typing import Literal, cast, get_args
 
 KernelKind = Literal["pointwise", "tiled", "reduction", "outer_reduction", "matmul"]
 KERNEL_KINDS: tuple[KernelKind, ...] = get_args(KernelKind)
-# Launched over [rows, last dimension] of the output: an xnumel of rows and an rnumel of columns.
+# Launched over [rows, columns] of the output (a tiled kernel's columns: KernelSource.columns; a matmul's: N): an
+# xnumel of rows and an rnumel of columns.
 TILE_KINDS: tuple[KernelKind, ...] = ("tiled", "matmul")
 
 

@@ -1,9 +1,10 @@
 """A kernel's shape, decided before any line of it is written: the `KernelPlan`.
 
 Planning answers the questions the emitter (codegen/kernel.py) and the launcher need: does a pointwise kernel walk
-a flat index or a 2-D tile [rows, last dimension] (`tiled`, when broadcast operands would need index division),
-does a reduction keep each row in registers (`persistent`) or loop over it (`looped`), which mean and variance
-share one Welford loop, how the kernel is launched (`kind`, `numels`, `constexprs`) and how heavy each element is.
+a flat index or a 2-D tile [rows, trailing dimensions] (`tiled`, when broadcast operands would need index
+division), does a reduction keep each row in registers (`persistent`) or loop over it (`looped`), which mean and
+variance share one Welford loop, how the kernel is launched (`kind`, `numels`, `constexprs`) and how heavy each
+element is.
 
     >>> plan = plan_kernel(graph, group, contiguous={"x"})
     >>> plan.kind, plan.persistent, plan.numels
@@ -88,8 +89,8 @@ class KernelPlan:
             return looped + ("; a maximum and the sum of exponentials share one pass (online softmax)"
                              if self.online else "")
         if self.tiled:
-            return ("pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or "
-                    "column, no division")
+            return ("pointwise over a 2-D tile [rows, trailing dimensions]: broadcast operands are indexed by row "
+                    "or column, no division per element")
         return "pointwise: one flat pass"
 
 
@@ -102,11 +103,10 @@ def plan_kernel(graph: Graph, group: FusionGroup, contiguous: set[str], force_lo
     for axis in domain.axes:
         size = static_value(domain.shape[axis])
         rnumel = rnumel * size if (size is not None and rnumel is not None) else None
-    # A pointwise kernel with broadcast or strided operands walks a 2-D tile [rows, last dimension]: the column
+    # A pointwise kernel with broadcast or strided operands walks a 2-D tile [rows, trailing dimensions]: the column
     # index is then a plain arange (a bias is read at `rindex`, with no integer division per element).
     tiled = not reduction and _wants_tile(graph, group, domain, contiguous)
-    rank = len(domain.shape)
-    layout = Domain(domain.shape, (rank - 1,)) if tiled else domain
+    layout = Domain(domain.shape, _columns(graph, group, domain, contiguous)) if tiled else domain
     shape = KernelPlan(kernel_kind(group.kind), domain, layout, tiled, False)
     # A reduction over leading axes reads its rows with a stride: it loops over small [XBLOCK, RBLOCK] tiles, wide
     # along the contiguous outer dimension, instead of holding strided rows in registers.
@@ -139,6 +139,26 @@ def plan_matmul(graph: Graph, group: FusionGroup) -> KernelPlan:
     heavy = sum(1 for n in group.nodes if graph[n].op in HEAVY_OPS)
     return KernelPlan("matmul", domain, Domain(domain.shape, (1,)), True, False, heavy=heavy, row_block="BLOCK_M",
                       column_block="BLOCK_N")
+
+
+def _columns(graph: Graph, group: FusionGroup, domain: Domain, contiguous: set[str]) -> tuple[int, ...]:
+    """The trailing dims a tile's columns walk: the last, and the ones before it over which every broadcast or
+    strided operand is constant. Batch norm's per-channel vectors [1, C, 1, 1] over NCHW are constant over (H, W):
+    columns H * W wide (49 to 12544) instead of W (7 to 112), each vector read once per row."""
+    rank = len(domain.shape)
+    # what the kernel broadcasts, as the domain sees it (the value an expand reads), and strided full-size operands
+    others = [graph[graph[n].inputs[0]].type.shape for n in group.nodes
+              if graph[n].op == "expand" and graph[n].type.rank == rank]
+    others += [domain.shape for v in group.inputs if graph[v].type.shape == domain.shape and v not in contiguous]
+    if any(len(s) != rank for s in others):
+        return (rank - 1,)
+    first = rank - 1
+    while first > 0:
+        run = range(first - 1, rank)
+        if not all(all(s[d] == 1 for d in run) for s in others):
+            break  # an operand that varies along the run would need an index division per element
+        first -= 1
+    return tuple(range(first, rank))
 
 
 def _wants_tile(graph: Graph, group: FusionGroup, domain: Domain, contiguous: set[str]) -> bool:

@@ -148,7 +148,7 @@ class ProgramWriter:
         domain = group.domain
         assert domain is not None
         tiles = source.kind in TILE_KINDS
-        axes = domain.axes if domain.is_reduction else ((len(domain.shape) - 1,) if tiles else ())
+        axes = domain.axes if domain.is_reduction else ((source.columns or (len(domain.shape) - 1,)) if tiles else ())
         outer = tuple(d for d in range(len(domain.shape)) if d not in axes)
         xnumel = product(tuple(domain.shape[d] for d in outer))
         call = f"    launch({name}, {', '.join(args)}, xnumel={render_dim(xnumel)}"

@@ -17,7 +17,7 @@ def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_mm_0, stride_mm_1, st
     # primitives: add, mul, erf, mul, add, mul
     # reads 576 bytes: b (float32[16]), mm (float32[8, 16])
     # writes 512 bytes: mul_3 (float32[8, 16])
-    # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
+    # pointwise over a 2-D tile [rows, trailing dimensions]: broadcast operands are indexed by row or column, no division per element
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]

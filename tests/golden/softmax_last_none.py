@@ -19,7 +19,7 @@ def pointwise_2_sub(in_x, in_expand, out_sub, stride_expand_0, stride_expand_1, 
     # primitives: sub
     # reads 1056 bytes: x (float32[8, 32]), expand (float32[8, 32])
     # writes 1024 bytes: sub (float32[8, 32])
-    # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
+    # pointwise over a 2-D tile [rows, trailing dimensions]: broadcast operands are indexed by row or column, no division per element
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
@@ -66,7 +66,7 @@ def pointwise_6_div(in_exp, in_expand_1, out_div, stride_expand_1_0, stride_expa
     # primitives: div
     # reads 1056 bytes: exp (float32[8, 32]), expand_1 (float32[8, 32])
     # writes 1024 bytes: div (float32[8, 32])
-    # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
+    # pointwise over a 2-D tile [rows, trailing dimensions]: broadcast operands are indexed by row or column, no division per element
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]

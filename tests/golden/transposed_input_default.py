@@ -3,7 +3,7 @@ def pointwise_0_exp_add(in_x, out_add, stride_x_0, stride_x_1, xnumel, rnumel, X
     # primitives: exp, add
     # reads 1024 bytes: x (float32[8, 32])
     # writes 1024 bytes: add (float32[8, 32])
-    # pointwise over a 2-D tile [rows, last dimension]: broadcast operands are indexed by row or column, no division
+    # pointwise over a 2-D tile [rows, trailing dimensions]: broadcast operands are indexed by row or column, no division per element
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
