@@ -20,9 +20,10 @@ import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureError, CaptureResult
 from fusionlab.capture.decompositions import decomposed_from
+from fusionlab.decompose import attention
 from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable, short_name
 from fusionlab.decompose.rules import RULES
-from fusionlab.ir import Graph, Node, Ref, draws_random_numbers
+from fusionlab.ir import Graph, Node, Ref, TensorType, draws_random_numbers
 from fusionlab.names import sanitize
 
 aten = torch.ops.aten
@@ -99,6 +100,7 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
     outputs: list[str] = []
     values: list[tuple[str, str]] = []
     display = {spec.placeholder: sanitize(spec.name) for spec in captured.inputs}
+    attentions = attention.match(captured.graph_module)
     provenance = {node.name: (node.module, node.source) for node in captured.aten_nodes}
     for fx_node in captured.graph_module.graph.nodes:
         builder.module, builder.source = provenance.get(fx_node.name, ("", ""))
@@ -124,12 +126,35 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
             if (fx_node.name not in captured.types and sizes is None) or (sizes is not None and not any(sizes)):
                 env[fx_node.name] = None  # nothing a later node can use (a symbolic bool, an assertion)
                 continue
-            env[fx_node.name] = _apply(builder, table, fx_node, env, captured, fallbacks)
+            if fx_node.name in attentions:
+                env[fx_node.name] = _fused_attention(builder, fx_node, attentions[fx_node.name], env, captured,
+                                                     fallbacks)
+            else:
+                env[fx_node.name] = _apply(builder, table, fx_node, env, captured, fallbacks)
         if isinstance(env.get(fx_node.name), Ref):
             values.append((fx_node.name, env[fx_node.name].name))
     hints = tuple((b.symbol, b.captured_value) for b in captured.symbols)
-    return DecomposeResult(Graph(tuple(inputs), _live(nodes, outputs), tuple(outputs), hints), tuple(fallbacks),
-                           tuple(values))
+    live = _live(nodes, outputs)
+    running = {node.origin for node in live if node.kind == "extern"}  # an extern no output needs is not run
+    return DecomposeResult(Graph(tuple(inputs), live, tuple(outputs), hints),
+                           tuple(f for f in fallbacks if f[0] in running), tuple(values))
+
+
+def _fused_attention(builder: Builder, fx_node: torch.fx.Node, found: attention.Attention, env: dict[str, Any],
+                     captured: CaptureResult, fallbacks: list[tuple[str, str]]) -> Ref:
+    """The second product of a matched attention (decompose/attention.py): PyTorch's attention of the 4-D q, k, v
+    (contiguous, as the product's result is), viewed as the product's [B * H, T, Dv] result."""
+    builder.origin, builder.node, builder.expected = fx_node.name, fx_node, _expected(fx_node, captured)
+    q, k, v = (env[n.name] for n in (found.q, found.k, found.v))
+    mask = env[found.mask.name] if found.mask is not None else None
+    batch, heads, length, _ = builder.type_of(q).shape
+    out = TensorType((batch, heads, length, builder.type_of(v).shape[3]), builder.type_of(q).dtype)
+    target = aten.scaled_dot_product_attention.default
+    reason = f"{short_name(target)} {attention.REASON}"
+    fallbacks.append((fx_node.name, reason))
+    result = builder.extern(target, (q, k, v), {"attn_mask": mask, "scale": found.scale}, reason, out=out)
+    result = builder.extern(aten.contiguous.default, (result,), {}, reason, out=out)
+    return builder.reshape(result, tuple(builder.expected.shape))
 
 
 def _refuse_data_dependent(fx_node: torch.fx.Node, captured: CaptureResult) -> None:

@@ -1,0 +1,204 @@
+"""Attention written as matrix products and a softmax, matched and run as PyTorch's fused attention.
+
+`softmax(q @ k.transpose(-2, -1) * scale + mask) @ v` traces to two batched products around a softmax: the score
+matrix [B, H, T, S] is written by one product, read and written by the softmax, read by the other product. The fused
+attention kernels (flash, memory-efficient, cuDNN: `F.scaled_dot_product_attention`) never store it. User code and
+models write attention this way (a ViT through torch.compile reaches the aten graph as bmm, softmax, bmm, in
+Inductor's graph as in ours), so decomposition matches the pattern on the aten graph and makes the second product
+one extern call of `aten.scaled_dot_product_attention`: the dispatcher picks the fused kernel for the device, as
+eager does. The graph then shows one "attention" extern instead of two products and a softmax kernel.
+
+Matched, on 4-D q, k, v: the products' operands are q (or q times a number), k transposed on its last two dims,
+and v, each broadcast (and copied) and viewed as [B * H, ...]; between the products a multiplication or division
+by a number, an optional additive mask (after the scaling: `attn_mask` adds there), the softmax over the last dim,
+casts around it, and a copy after it (dropout in eval mode). Every value inside the pattern must have no other
+reader: attention probabilities a model also returns, or keeps for a backward pass, keep the products and the
+softmax.
+
+    >>> found = match(graph_module)        # {the second product's node name: Attention(q, k, v, scale, mask)}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+REASON = ("is softmax(q @ k^T * scale + mask) @ v, matched as one attention (decompose/attention.py): runs PyTorch's "
+          "fused attention kernel (flash / memory-efficient / cuDNN), which never stores the score matrix")
+
+_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+# _safe_softmax (the math attention's: a row of -inf gives zeros) where it exists
+_SOFTMAX = {aten._softmax.default} | ({aten._safe_softmax.default} if hasattr(aten, "_safe_softmax") else set())
+
+
+@dataclass(frozen=True)
+class Attention:
+    """The second product computes `scaled_dot_product_attention(q, k, v, mask, scale=scale)` viewed as its
+    [B * H, T, Dv] output."""
+
+    q: torch.fx.Node
+    k: torch.fx.Node
+    v: torch.fx.Node
+    scale: float
+    mask: torch.fx.Node | None
+
+
+def match(graph_module: torch.fx.GraphModule) -> dict[str, Attention]:
+    found: dict[str, Attention] = {}
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target is aten.bmm.default:
+            attention = _attention(node)
+            if attention is not None:
+                found[node.name] = attention
+    return found
+
+
+def _attention(product: torch.fx.Node) -> Attention | None:
+    probabilities, v = (_batched(a) for a in _args(product)[:2])
+    if probabilities is None or v is None:
+        return None
+    scores = _softmax_input(probabilities)
+    if scores is None:
+        return None
+    safe = _without_clone(probabilities)
+    safe = _args(safe)[0] if _is_cast(safe) else safe
+    scores, mask = _without_mask(scores)
+    if mask is not None and safe.target is not aten._softmax.default:
+        return None  # _safe_softmax gives zeros for a fully masked row: the fused kernels are not held to that
+    scores, scale = _without_scale(scores)
+    if scores is None or not _sole(scores) or scores.target not in _VIEWS:
+        return None
+    first = _args(scores)[0]
+    if not (isinstance(first, torch.fx.Node) and first.target is aten.bmm.default and _sole(first)):
+        return None
+    q, k_transposed = (_batched(a) for a in _args(first)[:2])
+    if q is None or k_transposed is None:
+        return None
+    q, q_scale = _without_scale(q, sole=True)
+    k_transposed, k_scale = _without_scale(k_transposed, sole=True)  # the math path scales q and k by sqrt(scale)
+    k = _untransposed(k_transposed) if k_transposed is not None else None
+    if q is None or k is None:
+        return None
+    q_shape, k_shape, v_shape = (_shape(n) for n in (q, k, v))
+    if q_shape is None or k_shape is None or v_shape is None or not _compatible(q_shape, k_shape, v_shape):
+        return None
+    dtype = _dtype(q)
+    if dtype is None or not dtype.is_floating_point or {_dtype(k), _dtype(v)} != {dtype}:
+        return None
+    if mask is not None and not _mask_fits(mask, q_shape, k_shape, _dtype(scores)):
+        return None
+    return Attention(q, k, v, scale * q_scale * k_scale, mask)
+
+
+def _args(node: torch.fx.Node) -> tuple[Any, ...]:
+    return tuple(node.args)
+
+
+def _sole(node: torch.fx.Node) -> bool:
+    return len(node.users) == 1
+
+
+def _meta(node: torch.fx.Node) -> Any:
+    return node.meta.get("val", node.meta.get("tensor_meta"))
+
+
+def _shape(node: torch.fx.Node) -> tuple[int, ...] | None:
+    value = _meta(node)
+    shape = getattr(value, "shape", None)
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(shape)
+
+
+def _dtype(node: torch.fx.Node) -> torch.dtype | None:
+    return getattr(_meta(node), "dtype", None)
+
+
+def _batched(operand: Any) -> torch.fx.Node | None:
+    """The 4-D value a product's [B * H, ...] operand views: view(expand(x, x's own shape), [B * H, ...])."""
+    if not (isinstance(operand, torch.fx.Node) and operand.target in _VIEWS and _sole(operand)):
+        return None
+    source = _without_clone(_args(operand)[0])
+    if isinstance(source, torch.fx.Node) and source.target is aten.expand.default and _sole(source):
+        if tuple(_args(source)[1]) != _shape(_args(source)[0]):
+            return None  # a real broadcast (grouped heads): not matched
+        source = _without_clone(_args(source)[0])
+    shape, viewed = _shape(source), _shape(operand)
+    if shape is None or viewed is None or len(shape) != 4 or viewed != (shape[0] * shape[1], shape[2], shape[3]):
+        return None
+    return source
+
+
+def _softmax_input(probabilities: torch.fx.Node) -> torch.fx.Node | None:
+    node = _without_clone(probabilities)  # dropout in eval mode traces to a clone
+    if _is_cast(node):
+        node = _args(node)[0]
+    if not (node.target in _SOFTMAX and _sole(node) and _args(node)[1] in (-1, 3)):
+        return None
+    scores = _args(node)[0]
+    if _is_cast(scores) and _dtype(scores) == torch.float32:
+        scores = _args(scores)[0]
+    return scores
+
+
+def _without_clone(value: Any) -> Any:
+    """The value a copy reads (`clone`, into any memory format), where nothing else reads the copy."""
+    if isinstance(value, torch.fx.Node) and value.target is aten.clone.default and _sole(value):
+        return _args(value)[0]
+    return value
+
+
+def _is_cast(node: torch.fx.Node) -> bool:
+    """A dtype conversion alone (no device, layout or memory format change), read by nothing else."""
+    if not (node.target is aten._to_copy.default and _sole(node) and set(node.kwargs) <= {"dtype", "layout", "device"}):
+        return False
+    source = getattr(_meta(_args(node)[0]), "device", None)
+    return node.kwargs.get("layout", torch.strided) == torch.strided and node.kwargs.get("device", source) == source
+
+
+def _without_mask(scores: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node | None]:
+    if scores.target is aten.add.Tensor and _sole(scores) and len(_args(scores)) == 2 and not scores.kwargs:
+        base, mask = _args(scores)
+        if isinstance(base, torch.fx.Node) and isinstance(mask, torch.fx.Node) and _shape(mask) is not None:
+            return base, mask
+    return scores, None
+
+
+def _without_scale(value: torch.fx.Node, sole: bool = True) -> tuple[torch.fx.Node | None, float]:
+    """`value` without a multiplication or division by a Python number, and the factor it applied."""
+    if value.target in (aten.mul.Tensor, aten.div.Tensor) and (not sole or _sole(value)) and not value.kwargs:
+        base, number = _args(value)
+        if isinstance(base, torch.fx.Node) and isinstance(number, (int, float)) and not isinstance(number, bool):
+            if value.target is aten.div.Tensor:
+                return (base, 1.0 / number) if number else (None, 1.0)
+            return base, float(number)
+    return value, 1.0
+
+
+def _untransposed(value: torch.fx.Node) -> torch.fx.Node | None:
+    """k from k.transpose(-2, -1) (or a permute swapping the last two dims)."""
+    if value.target is aten.transpose.int and _sole(value):
+        dims = {d % 4 for d in _args(value)[1:3]}
+        return _args(value)[0] if dims == {2, 3} else None
+    if value.target is aten.permute.default and _sole(value) and tuple(_args(value)[1]) in ((0, 1, 3, 2),):
+        return _args(value)[0]
+    return None
+
+
+def _mask_fits(mask: torch.fx.Node, q: tuple[int, ...], k: tuple[int, ...], dtype: torch.dtype | None) -> bool:
+    """An additive mask of the scores' dtype that broadcasts to [B, H, T, S]."""
+    shape = _shape(mask)
+    if shape is None or _dtype(mask) != dtype or len(shape) > 4:
+        return False
+    full = (q[0], q[1], q[2], k[2])
+    return all(d in (1, f) for d, f in zip((1,) * (4 - len(shape)) + shape, full))
+
+
+def _compatible(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...]) -> bool:
+    """[B, H, T, D] q, [B, H, S, D] k, [B, H, S, Dv] v."""
+    return len(q) == len(k) == len(v) == 4 and q[:2] == k[:2] == v[:2] and q[3] == k[3] and k[2] == v[2]

@@ -1,0 +1,134 @@
+"""Attention written as products and a softmax runs as PyTorch's fused attention (decompose/attention.py). Checked:
+the forms user code and models write (scale on the scores or on q, an additive mask, a float32 softmax between
+casts, permute or transpose, cross-attention lengths, square sizes) become one extern attention and equal eager on
+fresh inputs; what must stay products (probabilities read elsewhere, a causal mask by masked_fill, broadcast heads,
+a softmax over another dim) stays; a transformers BERT with its eager attention, through the backend."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusionlab as fl
+from fusionlab import dynamo_backend
+
+
+def _plain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+
+def _scaled_q_float_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    scores = torch.matmul(q * 0.3, k.permute(0, 1, 3, 2))
+    return torch.matmul(F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
+
+
+def _masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    scores = torch.matmul(q, k.transpose(2, 3)) * 0.25 + mask
+    return torch.matmul(torch.softmax(scores.float(), -1).to(v.dtype), v)
+
+
+FORMS: dict[str, Callable[..., torch.Tensor]] = {"plain": _plain, "scaled_q_float_softmax": _scaled_q_float_softmax,
+                                                  "masked": _masked}
+SHAPES = [(2, 4, 16, 16, 8, 8), (1, 3, 7, 19, 16, 4), (3, 2, 32, 32, 32, 32)]  # B, H, T, S, D, Dv (cross, square)
+
+
+def _inputs(form: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+    b, h, t, s, d, dv = shape
+    gen = torch.Generator().manual_seed(seed)
+    made = [torch.randn(b, h, t, d, generator=gen), torch.randn(b, h, s, d, generator=gen),
+            torch.randn(b, h, s, dv, generator=gen)]
+    if form == "masked":
+        made.append(torch.where(torch.rand(b, 1, 1, s, generator=gen) < 0.2, -1e4, 0.0))
+    return tuple(x.to(dtype) for x in made)
+
+
+def _externs(ex: fl.Exploration) -> list[str]:
+    return [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"]
+
+
+def _close_as_eager(mine: torch.Tensor, fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...]) -> None:
+    """Within twice eager's own error against float64, and eager's shape, dtype and strides."""
+    theirs, exact = fn(*inputs), fn(*(x.double() for x in inputs))
+    assert mine.shape == theirs.shape and mine.dtype == theirs.dtype and mine.stride() == theirs.stride()
+    allowed = 2 * (theirs.double() - exact).abs().max().item() + 1e-5
+    assert (mine.double() - exact).abs().max().item() <= allowed
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=[str(s) for s in SHAPES])
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_written_attention_runs_fused(form: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    fn = FORMS[form]
+    ex = fl.explore(fn, *_inputs(form, shape, dtype, 0))
+    assert "aten.scaled_dot_product_attention.default" in _externs(ex) and "aten.bmm.default" not in _externs(ex)
+    assert not any("bmm" in aten for aten, _ in ex.decomposed.fallbacks if "attention" not in _)
+    fresh = _inputs(form, shape, dtype, 1)
+    _close_as_eager(ex(*fresh), fn, fresh)
+
+
+def _probabilities_too(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    p = torch.softmax(q @ k.transpose(-2, -1), -1)
+    return p @ v, p
+
+
+def _causal_fill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    scores = q @ k.transpose(-2, -1)
+    causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~causal, float("-inf")), -1) @ v
+
+
+def _broadcast_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(q @ k[:, :1].transpose(-2, -1), -1) @ v[:, :1]
+
+
+def _other_dim(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(q @ k.transpose(-2, -1), -2) @ v
+
+
+@pytest.mark.parametrize("fn", [_probabilities_too, _causal_fill, _broadcast_heads, _other_dim],
+                         ids=lambda f: f.__name__)
+def test_what_is_not_plain_attention_stays_products(fn: Callable[..., Any]) -> None:
+    inputs = _inputs("plain", (2, 3, 8, 8, 4, 4), torch.float32, 0)
+    ex = fl.explore(fn, *inputs)
+    assert "aten.scaled_dot_product_attention.default" not in _externs(ex)
+    fresh = _inputs("plain", (2, 3, 8, 8, 4, 4), torch.float32, 1)
+    torch.testing.assert_close(ex(*fresh), fn(*fresh))
+
+
+def test_a_bert_with_eager_attention_through_the_backend() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64, attn_implementation="eager")
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 100, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 8:] = 0  # padding: an additive mask reaches the scores
+    torch._dynamo.reset()
+    before = dynamo_backend.mark()
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        actual = torch.compile(model, backend=fl.backend)(input_ids=ids, attention_mask=mask).last_hidden_state
+    externs = [op for g in dynamo_backend.since(before) for op in _externs(g.exploration)]
+    assert externs.count("aten.scaled_dot_product_attention.default") == 2, externs  # one per layer
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_vit_with_eager_attention_through_the_backend() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=64, attn_implementation="eager")
+    model = transformers.ViTModel(config).eval()
+    pixels = torch.randn(2, 3, 32, 32)
+    torch._dynamo.reset()
+    before = dynamo_backend.mark()
+    with torch.no_grad():
+        expected = model(pixel_values=pixels).last_hidden_state
+        actual = torch.compile(model, backend=fl.backend)(pixel_values=pixels).last_hidden_state
+    externs = [op for g in dynamo_backend.since(before) for op in _externs(g.exploration)]
+    assert externs.count("aten.scaled_dot_product_attention.default") == 2 and "aten.bmm.default" not in externs
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
