@@ -32,8 +32,14 @@ def _masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     return torch.matmul(torch.softmax(scores.float(), -1).to(v.dtype), v)
 
 
+def _math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # PyTorch's math attention, decomposed: q and k scaled by sqrt(scale), half precision computed in float32, a
+    # safe softmax (where(all(scores == -inf), 0, softmax(scores)))
+    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, scale=0.3)[0]
+
+
 FORMS: dict[str, Callable[..., torch.Tensor]] = {"plain": _plain, "scaled_q_float_softmax": _scaled_q_float_softmax,
-                                                  "masked": _masked}
+                                                  "masked": _masked, "math": _math}
 SHAPES = [(2, 4, 16, 16, 8, 8), (1, 3, 7, 19, 16, 4), (3, 2, 32, 32, 32, 32)]  # B, H, T, S, D, Dv (cross, square)
 
 

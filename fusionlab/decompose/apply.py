@@ -154,7 +154,8 @@ def _fused_attention(builder: Builder, fx_node: torch.fx.Node, found: attention.
     fallbacks.append((fx_node.name, reason))
     result = builder.extern(target, (q, k, v), {"attn_mask": mask, "scale": found.scale}, reason, out=out)
     result = builder.extern(aten.contiguous.default, (result,), {}, reason, out=out)
-    return builder.reshape(result, tuple(builder.expected.shape))
+    # a product of float32 copies of half-precision q, k, v (the math attention's) is float32: so is the result
+    return builder.cast(builder.reshape(result, tuple(builder.expected.shape)), builder.expected.dtype)
 
 
 def _refuse_data_dependent(fx_node: torch.fx.Node, captured: CaptureResult) -> None:

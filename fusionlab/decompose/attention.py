@@ -32,6 +32,7 @@ REASON = ("is softmax(q @ k^T * scale + mask) @ v, matched as one attention (dec
           "fused attention kernel (flash / memory-efficient / cuDNN), which never stores the score matrix")
 
 _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+_SCALINGS = {aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar}
 # _safe_softmax (the math attention's: a row of -inf gives zeros) where it exists
 _SOFTMAX = {aten._softmax.default} | ({aten._safe_softmax.default} if hasattr(aten, "_safe_softmax") else set())
 
@@ -62,18 +63,17 @@ def _attention(product: torch.fx.Node) -> Attention | None:
     probabilities, v = (_batched(a) for a in _args(product)[:2])
     if probabilities is None or v is None:
         return None
-    scores = _softmax_input(probabilities)
-    if scores is None:
+    found = _softmax_input(probabilities)
+    if found is None:
         return None
-    safe = _without_clone(probabilities)
-    safe = _args(safe)[0] if _is_cast(safe) else safe
+    scores, readers, safe = found
     scores, mask = _without_mask(scores)
-    if mask is not None and safe.target is not aten._softmax.default:
-        return None  # _safe_softmax gives zeros for a fully masked row: the fused kernels are not held to that
-    scores, scale = _without_scale(scores)
-    if scores is None or not _sole(scores) or scores.target not in _VIEWS:
+    if mask is not None and safe:
+        return None  # a safe softmax gives zeros for a fully masked row: the fused kernels are not held to that
+    unscaled, scale = _without_scale(scores)
+    if unscaled is None or len(_users(unscaled)) != readers or unscaled.target not in _VIEWS:
         return None
-    first = _args(scores)[0]
+    first = _args(unscaled)[0]
     if not (isinstance(first, torch.fx.Node) and first.target is aten.bmm.default and _sole(first)):
         return None
     q, k_transposed = (_batched(a) for a in _args(first)[:2])
@@ -84,6 +84,7 @@ def _attention(product: torch.fx.Node) -> Attention | None:
     k = _untransposed(k_transposed) if k_transposed is not None else None
     if q is None or k is None:
         return None
+    q, k, v = _without_upcast(q, k, v)
     q_shape, k_shape, v_shape = (_shape(n) for n in (q, k, v))
     if q_shape is None or k_shape is None or v_shape is None or not _compatible(q_shape, k_shape, v_shape):
         return None
@@ -95,12 +96,27 @@ def _attention(product: torch.fx.Node) -> Attention | None:
     return Attention(q, k, v, scale * q_scale * k_scale, mask)
 
 
+def _without_upcast(q: torch.fx.Node, k: torch.fx.Node, v: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
+    """q, k and v before a float32 conversion of all three from one half-precision dtype (PyTorch's math attention
+    computes half-precision inputs in float32): the fused kernels take them as they are, and accumulate in float32."""
+    if not all(_is_cast(n) and _dtype(n) == torch.float32 for n in (q, k, v)):
+        return q, k, v
+    sources: list[torch.fx.Node] = [_args(n)[0] for n in (q, k, v)]
+    dtypes = {_dtype(n) for n in sources}
+    return tuple(sources) if dtypes in ({torch.float16}, {torch.bfloat16}) else (q, k, v)
+
+
 def _args(node: torch.fx.Node) -> tuple[Any, ...]:
     return tuple(node.args)
 
 
+def _users(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes that read `node` and are themselves read (a value nothing reads is dead code of the trace)."""
+    return [u for u in node.users if u.op == "output" or u.users]
+
+
 def _sole(node: torch.fx.Node) -> bool:
-    return len(node.users) == 1
+    return len(_users(node)) == 1
 
 
 def _meta(node: torch.fx.Node) -> Any:
@@ -134,16 +150,38 @@ def _batched(operand: Any) -> torch.fx.Node | None:
     return source
 
 
-def _softmax_input(probabilities: torch.fx.Node) -> torch.fx.Node | None:
+def _softmax_input(probabilities: torch.fx.Node) -> tuple[torch.fx.Node, int, bool] | None:
+    """The scores a softmax over the last dim turns into `probabilities`, how many nodes of the softmax read them,
+    and whether it is a safe softmax (zeros for a row of -inf): `_safe_softmax`, or its decomposition
+    `where(all(scores == -inf, -1), zeros_like(p), p)` with p = _softmax(scores)."""
     node = _without_clone(probabilities)  # dropout in eval mode traces to a clone
     if _is_cast(node):
         node = _args(node)[0]
-    if not (node.target in _SOFTMAX and _sole(node) and _args(node)[1] in (-1, 3)):
+    condition = None
+    if node.target is aten.where.self and _sole(node):
+        condition, zeros, node = _args(node)
+        if not (isinstance(zeros, torch.fx.Node) and zeros.target is aten.zeros_like.default and _sole(zeros)
+                and isinstance(node, torch.fx.Node) and _args(zeros)[0] is node and len(_users(node)) == 2):
+            return None
+    elif not _sole(node):
+        return None
+    if node.target not in _SOFTMAX or _args(node)[1] not in (-1, 3):
         return None
     scores = _args(node)[0]
+    if condition is not None:
+        return (scores, 2, True) if _all_minus_infinity(condition, scores) else None
     if _is_cast(scores) and _dtype(scores) == torch.float32:
         scores = _args(scores)[0]
-    return scores
+    return scores, 1, node.target is not aten._softmax.default
+
+
+def _all_minus_infinity(condition: Any, scores: torch.fx.Node) -> bool:
+    """`all(scores == -inf, -1, keepdim=True)`, read by nothing else."""
+    if not (isinstance(condition, torch.fx.Node) and condition.target is aten.all.dim and _sole(condition)):
+        return False
+    equal = _args(condition)[0]
+    return (_args(condition)[1:] in ((-1, True), (3, True)) and isinstance(equal, torch.fx.Node)
+            and equal.target is aten.eq.Scalar and _sole(equal) and _args(equal) == (scores, float("-inf")))
 
 
 def _without_clone(value: Any) -> Any:
@@ -171,10 +209,10 @@ def _without_mask(scores: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node |
 
 def _without_scale(value: torch.fx.Node, sole: bool = True) -> tuple[torch.fx.Node | None, float]:
     """`value` without a multiplication or division by a Python number, and the factor it applied."""
-    if value.target in (aten.mul.Tensor, aten.div.Tensor) and (not sole or _sole(value)) and not value.kwargs:
+    if value.target in _SCALINGS and (not sole or _sole(value)) and not value.kwargs:
         base, number = _args(value)
         if isinstance(base, torch.fx.Node) and isinstance(number, (int, float)) and not isinstance(number, bool):
-            if value.target is aten.div.Tensor:
+            if value.target in (aten.div.Tensor, aten.div.Scalar):
                 return (base, 1.0 / number) if number else (None, 1.0)
             return base, float(number)
     return value, 1.0
