@@ -337,3 +337,19 @@ def test_a_tile_walks_every_trailing_dim_its_broadcast_operands_are_constant_ove
     # a bias along the last dim still walks the last dim alone (it is read at the column)
     biased = fl.explore(lambda x, b: torch.tanh(x + b), torch.randn(shape), torch.randn(w))
     assert all(k.columns in ((), (3,)) for k in biased.generated.kernels)
+
+
+def test_a_convolution_feeding_a_tile_is_indexed_as_dense() -> None:
+    # cuDNN's (here: the CPU's) NCHW output, dense as traced: the wrapper makes sure (.contiguous(), no copy when it
+    # is) and batch norm's tile walks (H, W) without an index division per element
+    conv, bn = torch.nn.Conv2d(3, 8, 3, padding=1).eval(), torch.nn.BatchNorm2d(8).eval()
+    with torch.no_grad():
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2.0)
+    fn = lambda x: F.relu(bn(conv(x)))  # noqa: E731
+    with torch.no_grad():
+        ex = fl.explore(fn, torch.randn(2, 3, 10, 10))
+        assert [k.columns for k in ex.generated.kernels if k.kind == "tiled"] == [(2, 3)]
+        assert ".contiguous()  # dense as traced" in ex.generated.wrapper
+        fresh = torch.randn(2, 3, 10, 10)
+        torch.testing.assert_close(ex(fresh), fn(fresh), rtol=1e-5, atol=1e-5)

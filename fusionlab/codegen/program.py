@@ -27,7 +27,7 @@ from fusionlab.codegen.matmul import MatmulWriter
 from fusionlab.codegen.plan import plan_kernel
 from fusionlab.codegen.preamble import KERNEL_PREAMBLE
 from fusionlab.fusion.fuse import FuseResult, FusionGroup
-from fusionlab.ir import Dim, Graph, Node, Ref, contiguous_strides, product
+from fusionlab.ir import Dim, Graph, Node, Ref, TensorType, contiguous_strides, product
 from fusionlab.names import Namer, comment
 
 __all__ = ["KERNEL_PREAMBLE", "Program", "WrapperSection", "generate_program"]
@@ -72,6 +72,7 @@ class ProgramWriter:
         self.constants: dict[str, Any] = {}
         self.lines: list[str] = []
         self.kernels: list[KernelSource] = []
+        self.dense_externs: set[str] = set()  # extern results made contiguous for the kernels that read them
 
     def var(self, value: str) -> str:
         return self.namer.identifier(value, f"value:{value}")
@@ -108,6 +109,7 @@ class ProgramWriter:
 
     # -- pieces ---------------------------------------------------------------------------------
     def contiguous_values(self) -> set[str]:
+        """The values kernels may index as dense row-major tensors."""
         dense: set[str] = set()
         for spec, name in zip(self.captured.inputs, self.graph.inputs):
             strides = spec.type.strides
@@ -116,7 +118,13 @@ class ProgramWriter:
         for group in self.fused.groups:
             if group.is_kernel:
                 dense.update(group.outputs)
-        return dense
+        # An extern's result that a kernel reads, dense as traced (a convolution's NCHW output): the wrapper makes
+        # sure with .contiguous() (no copy when it is), so kernels index it as dense, with no division per element.
+        read = {value for group in self.fused.groups if group.is_kernel for value in group.inputs}
+        self.dense_externs = {name for group in self.fused.groups if group.kind == "extern" for name in group.nodes
+                              if name in read and not self.graph[name].param("outputs")
+                              and _traced_dense(self.graph[name].type)}
+        return dense | self.dense_externs
 
     def kernel(self, group: FusionGroup, index: int, dense: set[str]) -> None:
         name = self.namer.identifier(group.name)
@@ -169,6 +177,8 @@ class ProgramWriter:
                           f"eagerly{where}")
         if node.param("outputs"):
             self.lines.append(f"    {self.var(node.name)} = {target}[0]")
+        elif node.name in self.dense_externs:
+            self.lines.append(f"    {target} = {target}.contiguous()  # dense as traced: no copy when it is")
 
     def view(self, node: Node) -> None:
         source = self.var(node.inputs[0])
@@ -228,3 +238,8 @@ def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,
                      force_looped: bool = False) -> Program:
     names = [spec.name for spec in captured.inputs]
     return ProgramWriter(graph, fused, captured, force_looped).write(names)
+
+
+def _traced_dense(value: TensorType) -> bool:
+    strides = value.strides
+    return value.rank >= 2 and strides is not None and tuple(strides) == tuple(contiguous_strides(value.shape))

@@ -13,7 +13,7 @@ def pointwise_0_mul_maximum(in_x, out_maximum, xnumel, XBLOCK: tl.constexpr, EVE
 
 
 @triton.jit
-def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_mm_0, stride_mm_1, stride_b_0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
+def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_b_0, xnumel, rnumel, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr, EVEN_X: tl.constexpr, EVEN_R: tl.constexpr):
     # primitives: add, mul, erf, mul, add, mul
     # reads 576 bytes: b (float32[16]), mm (float32[8, 16])
     # writes 512 bytes: mul_3 (float32[8, 16])
@@ -23,8 +23,7 @@ def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_mm_0, stride_mm_1, st
     rindex = tl.program_id(1) * RBLOCK + tl.arange(0, RBLOCK)[None, :]
     rmask = tl.full([1, RBLOCK], True, tl.int1) if EVEN_R else rindex < rnumel
     mask = xmask & rmask
-    d0 = xindex
-    mm = tl.load(in_mm + d0 * stride_mm_0 + rindex * stride_mm_1, mask=mask, other=0)
+    mm = tl.load(in_mm + xindex * rnumel + rindex, mask=mask, other=0)
     b = tl.load(in_b + rindex * stride_b_0, mask=rmask, other=0)
     add = (mm + b)
     mul_2 = (add * 0.5)
@@ -43,7 +42,8 @@ def fusionlab_program(x, w, b):
     maximum = empty((8, 32), torch.float32, device)
     launch(pointwise_0_mul_maximum, x, maximum, xnumel=256)
     mm = const_aten_mm_default(maximum, w)  # extern: aten.mm.default runs eagerly
+    mm = mm.contiguous()  # dense as traced: no copy when it is
     # pointwise_2_add_mul_erf: reads b, mm; writes mul_3
     mul_3 = empty((8, 16), torch.float32, device)
-    launch(pointwise_2_add_mul_erf, mm, b, mul_3, mm.stride(0), mm.stride(1), b.stride(0), xnumel=8, rnumel=16)
+    launch(pointwise_2_add_mul_erf, mm, b, mul_3, b.stride(0), xnumel=8, rnumel=16)
     return (mul_3,)
