@@ -191,7 +191,7 @@ def reduce(b: Builder) -> str | None:
         return None
     d, d2 = b.dim(a), b.dim(a)
     keep = b.choice(("True", "False"))
-    form = b.rng.randrange(14)
+    form = b.rng.randrange(15)
     name = b.new()
     forms = [
         f"{name} = {a} / ({a}.abs().sum({d}, keepdim={keep}) + 1)",
@@ -208,6 +208,8 @@ def reduce(b: Builder) -> str | None:
         f"{name} = {a} * {a}.sum() / ({a}.abs().sum() + 1)",
         f"{name} = {a}.mean(0) + {a}.sum({d}, keepdim={keep})",
         f"{name} = torch.cumsum({a}, {d}) + {a}.argmax({d2}, keepdim=True)",
+        # attention over one tensor used as q, k and v (decompose/attention.py matches it on 4-D values)
+        f"{name} = torch.softmax({a} @ {a}.transpose(-2, -1) * 0.5, -1) @ {a} if {a}.dim() >= 2 else {a}",
     ]
     return forms[form]
 
@@ -219,7 +221,7 @@ def views(b: Builder) -> str | None:
     x, d = b.value(a), b.dim(a)
     n = x.shape[d] if d is not None else 1
     name = b.new()
-    form = b.rng.randrange(14)
+    form = b.rng.randrange(15)
     if form == 0:
         return f"{name} = {a}[..., ::2]"
     if form == 1:
@@ -375,6 +377,10 @@ def index(b: Builder) -> str | None:
         f"{name} = torch.zeros_like({a}).scatter(0, {idx}.remainder({a}.shape[0])[:1].reshape("
         f"1, *[1] * ({a}.dim() - 1)).expand(1, *{a}.shape[1:]), 1.0) + {a}",
         f"{name} = torch.full_like({a}, 2) * {a}.new_ones({a}.shape) + torch.ones_like({a})",
+        # a gather of a computed value (decompose/hoist.py moves it ahead of the pointwise ops)
+        f"{name} = torch.tanh({a} * 0.5 + 1)[{idx}.remainder({a}.shape[0])]",
+        f"{name} = torch.gather(torch.log_softmax({a} * 1.0, -1), -1, torch.zeros(*{a}.shape[:-1], 1, "
+        f"dtype=torch.long) + {idx}[:1].remainder({a}.shape[-1])) if {a}.dim() and {a}.shape[-1] else {a}",
     ])
 
 
