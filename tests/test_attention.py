@@ -57,6 +57,10 @@ def _externs(ex: fl.Exploration) -> list[str]:
     return [n.op for n in ex.decomposed.graph.nodes if n.kind == "extern"]
 
 
+ATTENTION = "aten.scaled_dot_product_attention.default"
+MASKED = "masked_attention"  # with a mask: eager's NaN kept where a row is masked throughout
+
+
 def _close_as_eager(mine: torch.Tensor, fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...]) -> None:
     """Within twice eager's own error against float64, and eager's shape, dtype and strides."""
     theirs, exact = fn(*inputs), fn(*(x.double() for x in inputs))
@@ -71,7 +75,7 @@ def _close_as_eager(mine: torch.Tensor, fn: Callable[..., torch.Tensor], inputs:
 def test_written_attention_runs_fused(form: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
     fn = FORMS[form]
     ex = fl.explore(fn, *_inputs(form, shape, dtype, 0))
-    assert "aten.scaled_dot_product_attention.default" in _externs(ex) and "aten.bmm.default" not in _externs(ex)
+    assert (MASKED if form == "masked" else ATTENTION) in _externs(ex) and "aten.bmm.default" not in _externs(ex)
     assert not any("bmm" in aten for aten, _ in ex.decomposed.fallbacks if "attention" not in _)
     fresh = _inputs(form, shape, dtype, 1)
     _close_as_eager(ex(*fresh), fn, fresh)
@@ -101,7 +105,7 @@ def _other_dim(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
 def test_what_is_not_plain_attention_stays_products(fn: Callable[..., Any]) -> None:
     inputs = _inputs("plain", (2, 3, 8, 8, 4, 4), torch.float32, 0)
     ex = fl.explore(fn, *inputs)
-    assert "aten.scaled_dot_product_attention.default" not in _externs(ex)
+    assert ATTENTION not in _externs(ex) and MASKED not in _externs(ex)
     fresh = _inputs("plain", (2, 3, 8, 8, 4, 4), torch.float32, 1)
     torch.testing.assert_close(ex(*fresh), fn(*fresh))
 
@@ -120,7 +124,7 @@ def test_a_bert_with_eager_attention_through_the_backend() -> None:
         expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
         actual = torch.compile(model, backend=fl.backend)(input_ids=ids, attention_mask=mask).last_hidden_state
     externs = [op for g in dynamo_backend.since(before) for op in _externs(g.exploration)]
-    assert externs.count("aten.scaled_dot_product_attention.default") == 2, externs  # one per layer
+    assert externs.count(MASKED) == 2, externs  # one per layer: BERT's padding mask reaches the scores
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
 
 
@@ -136,5 +140,29 @@ def test_a_vit_with_eager_attention_through_the_backend() -> None:
         expected = model(pixel_values=pixels).last_hidden_state
         actual = torch.compile(model, backend=fl.backend)(pixel_values=pixels).last_hidden_state
     externs = [op for g in dynamo_backend.since(before) for op in _externs(g.exploration)]
-    assert externs.count("aten.scaled_dot_product_attention.default") == 2 and "aten.bmm.default" not in externs
+    assert externs.count(ATTENTION) == 2 and "aten.bmm.default" not in externs
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_float32_result_of_upcast_half_inputs_stays_float32() -> None:
+    # float32 copies of fp16 q, k, v whose float32 result the caller keeps: attention runs on the copies (the math
+    # attention's cast back to fp16 is what allows running on the fp16 values themselves)
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.softmax((q.float() @ k.float().transpose(-2, -1)) * 0.35, -1) @ v.float()
+
+    inputs = tuple(torch.randn(2, 3, 64, 32).half() for _ in range(3))
+    ex = fl.explore(fn, *inputs)
+    assert ATTENTION in _externs(ex)
+    fresh = tuple(torch.randn(2, 3, 64, 32).half() for _ in range(3))
+    torch.testing.assert_close(ex(*fresh), fn(*fresh), rtol=1e-5, atol=1e-5)
+    assert ex.verify().ok
+
+
+def test_a_row_masked_throughout_is_nan_as_in_eager() -> None:
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+    mask = torch.zeros(2, 1, 5, 7)
+    mask[:, :, 1, :] = float("-inf")  # every key masked for query 1: eager's softmax is 0 / 0
+    mask[:, :, 3, :4] = float("-inf")
+    ex = fl.explore(_masked, q, k, v, mask)
+    assert MASKED in _externs(ex)
+    torch.testing.assert_close(ex(q, k, v, mask), _masked(q, k, v, mask), equal_nan=True)

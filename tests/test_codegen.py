@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -353,3 +354,14 @@ def test_a_convolution_feeding_a_tile_is_indexed_as_dense() -> None:
         assert ".contiguous()  # dense as traced" in ex.generated.wrapper
         fresh = torch.randn(2, 3, 10, 10)
         torch.testing.assert_close(ex(fresh), fn(fresh), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [lambda x: F.pad(x, (1, 1, 1, 1)) * 2, lambda x: torch.cat([x, x], 3) + 1],
+                         ids=["pad", "cat"])
+def test_a_tile_over_a_padded_or_concatenated_operand_keeps_to_the_last_dim(fn: Any) -> None:
+    # such an operand varies along every dim: more column dims would only add index divisions
+    x = torch.randn(4, 6, 10, 12)
+    ex = fl.explore(fn, x)
+    assert all(k.columns in ((), (3,)) for k in ex.generated.kernels)
+    fresh = torch.randn(4, 6, 10, 12)
+    torch.testing.assert_close(ex(fresh), fn(fresh))

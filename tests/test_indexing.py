@@ -3,6 +3,7 @@ primitive that fuses into its consumer's kernel (not an extern op), checked agai
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -345,3 +346,17 @@ def test_cross_entropy_gathers_the_logits_and_stores_only_row_statistics() -> No
     _same(ex, F.cross_entropy, torch.randn(6, 5000), torch.randint(0, 5000, (6,)), exact=False)
     with pytest.raises(Exception, match="out of range"):  # a target past the vocabulary still raises
         ex(torch.randn(6, 5000), torch.tensor([0, 1, 5000, 2, 3, 4]))
+
+
+def test_a_gather_of_a_deep_shared_chain_decomposes_quickly() -> None:
+    # y = y * y + y fourteen times: each value is read twice, so an unmemoised walk up the chain takes 2^14 paths
+    def fn(y: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        for _ in range(14):
+            y = y * y * 0.5 + y
+        return y[i]
+
+    start = time.perf_counter()
+    ex = _explore(fn, torch.rand(64, 4) * 0.1, torch.randint(0, 64, (8,)))  # decomposes, to check for externs
+    assert time.perf_counter() - start < 10
+    fresh, ids = torch.rand(64, 4) * 0.1, torch.randint(0, 64, (8,))
+    torch.testing.assert_close(ex(fresh, ids), fn(fresh, ids))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from fusionlab.codegen import online_softmax, welford
 from fusionlab.codegen.kinds import KernelKind, kernel_kind
+from fusionlab.decompose.primitives import INDEXED
 from fusionlab.fusion.domain import Domain, alignment, non_unit
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, static_value
@@ -146,11 +147,16 @@ def _columns(graph: Graph, group: FusionGroup, domain: Domain, contiguous: set[s
     strided operand is constant. Batch norm's per-channel vectors [1, C, 1, 1] over NCHW are constant over (H, W):
     columns H * W wide (49 to 12544) instead of W (7 to 112), each vector read once per row."""
     rank = len(domain.shape)
-    # what the kernel broadcasts, as the domain sees it (the value an expand reads), and strided full-size operands
-    others = [graph[graph[n].inputs[0]].type.shape for n in group.nodes
+    members = set(group.nodes) | set(group.recomputed)
+    # An operand read strided at full size, padded, rolled, concatenated or gathered varies along every dim: the
+    # columns stay the last dim (more would only add index divisions).
+    if any(graph[v].type.shape == domain.shape and v not in contiguous for v in group.inputs) \
+            or any(graph[n].op in INDEXED and graph[n].op not in ("full", "iota") for n in members):
+        return (rank - 1,)
+    # what the kernel broadcasts, as the domain sees it (the value an expand reads)
+    others = [graph[graph[n].inputs[0]].type.shape for n in members
               if graph[n].op == "expand" and graph[n].type.rank == rank]
-    others += [domain.shape for v in group.inputs if graph[v].type.shape == domain.shape and v not in contiguous]
-    if any(len(s) != rank for s in others):
+    if not others or any(len(s) != rank for s in others):
         return (rank - 1,)
     first = rank - 1
     while first > 0:

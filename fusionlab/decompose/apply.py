@@ -149,10 +149,14 @@ def _fused_attention(builder: Builder, fx_node: torch.fx.Node, found: attention.
     mask = env[found.mask.name] if found.mask is not None else None
     batch, heads, length, _ = builder.type_of(q).shape
     out = TensorType((batch, heads, length, builder.type_of(v).shape[3]), builder.type_of(q).dtype)
-    target = aten.scaled_dot_product_attention.default
+    if mask is None:
+        target: Any = aten.scaled_dot_product_attention.default
+        call: tuple[tuple[Any, ...], dict[str, Any]] = ((q, k, v), {"scale": found.scale})
+    else:  # eager's NaN where a row's mask is -inf throughout
+        target, call = attention.masked_attention, ((q, k, v, mask, found.scale), {})
     reason = f"{short_name(target)} {attention.REASON}"
     fallbacks.append((fx_node.name, reason))
-    result = builder.extern(target, (q, k, v), {"attn_mask": mask, "scale": found.scale}, reason, out=out)
+    result = builder.extern(target, *call, reason, out=out)
     result = builder.extern(aten.contiguous.default, (result,), {}, reason, out=out)
     # a product of float32 copies of half-precision q, k, v (the math attention's) is float32: so is the result
     return builder.cast(builder.reshape(result, tuple(builder.expected.shape)), builder.expected.dtype)

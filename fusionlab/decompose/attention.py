@@ -49,6 +49,15 @@ class Attention:
     mask: torch.fx.Node | None
 
 
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """PyTorch's attention with an additive mask, and eager's NaN where a row's mask is -inf throughout (its softmax
+    is 0 / 0; the fused kernels give zeros or NaN, by kernel)."""
+    out = torch.ops.aten.scaled_dot_product_attention.default(q, k, v, attn_mask=mask, scale=scale)
+    dead = torch.isneginf(mask).all(-1, keepdim=True)
+    return torch.where(dead, torch.full((), float("nan"), dtype=out.dtype, device=out.device), out)
+
+
 def match(graph_module: torch.fx.GraphModule) -> dict[str, Attention]:
     found: dict[str, Attention] = {}
     for node in graph_module.graph.nodes:
@@ -84,7 +93,7 @@ def _attention(product: torch.fx.Node) -> Attention | None:
     k = _untransposed(k_transposed) if k_transposed is not None else None
     if q is None or k is None:
         return None
-    q, k, v = _without_upcast(q, k, v)
+    q, k, v = _without_upcast(product, q, k, v)
     q_shape, k_shape, v_shape = (_shape(n) for n in (q, k, v))
     if q_shape is None or k_shape is None or v_shape is None or not _compatible(q_shape, k_shape, v_shape):
         return None
@@ -96,14 +105,21 @@ def _attention(product: torch.fx.Node) -> Attention | None:
     return Attention(q, k, v, scale * q_scale * k_scale, mask)
 
 
-def _without_upcast(q: torch.fx.Node, k: torch.fx.Node, v: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
-    """q, k and v before a float32 conversion of all three from one half-precision dtype (PyTorch's math attention
-    computes half-precision inputs in float32): the fused kernels take them as they are, and accumulate in float32."""
+def _without_upcast(product: torch.fx.Node, q: torch.fx.Node, k: torch.fx.Node,
+                    v: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
+    """q, k and v before a float32 conversion of all three from one half-precision dtype, where the result is
+    converted back to it (PyTorch's math attention on half-precision inputs): the fused kernels take them as they
+    are and accumulate in float32. A float32 result the caller keeps keeps the float32 copies."""
     if not all(_is_cast(n) and _dtype(n) == torch.float32 for n in (q, k, v)):
         return q, k, v
     sources: list[torch.fx.Node] = [_args(n)[0] for n in (q, k, v)]
     dtypes = {_dtype(n) for n in sources}
-    return tuple(sources) if dtypes in ({torch.float16}, {torch.bfloat16}) else (q, k, v)
+    if dtypes not in ({torch.float16}, {torch.bfloat16}):
+        return q, k, v
+    readers = _users(product)
+    viewed = _users(readers[0]) if len(readers) == 1 and readers[0].target in _VIEWS else []
+    back = len(viewed) == 1 and _is_cast(viewed[0]) and _dtype(viewed[0]) in dtypes
+    return tuple(sources) if back else (q, k, v)
 
 
 def _args(node: torch.fx.Node) -> tuple[Any, ...]:

@@ -81,6 +81,7 @@ class Builder:
     _counts: dict[str, int] | None = None
     _seen: dict[Any, Ref] = field(default_factory=dict)
     _producers: dict[str, Node] = field(default_factory=dict)  # a value's name -> the node that computes it
+    _hoisted: dict[Any, Ref | None] = field(default_factory=dict)  # hoist.py's walks, each value and shape once
 
     def type_of(self, value: Ref) -> TensorType:
         return self.types[value.name]

@@ -47,6 +47,14 @@ def gathered(builder: Builder, table: Ref, indices: Sequence[Ref], dim: int, sha
     """`table[..., indices, ...]` computed from gathers of what `table` is computed from, or None where the gather
     stays on `table` (the table is in memory anyway, or the gather reads as many elements as it holds). `indices` are
     already broadcast to `shape`, the gather's own."""
+    key = ("gather", table, tuple(indices), dim, shape, wrap)  # a DAG reusing values is walked once per value
+    if key not in builder._hoisted:
+        builder._hoisted[key] = _gathered(builder, table, indices, dim, shape, wrap)
+    return builder._hoisted[key]
+
+
+def _gathered(builder: Builder, table: Ref, indices: Sequence[Ref], dim: int, shape: tuple[Dim, ...],
+              wrap: bool) -> Ref | None:
     node = builder.producer(table)
     if node is None or not _selects_fewer(node.type.shape, dim, len(indices), shape):
         return None
@@ -93,6 +101,13 @@ def _first_if_in_range(builder: Builder, index: Ref, size: int, wrap: bool) -> R
 def reshaped(builder: Builder, value: Ref, shape: tuple[int, ...]) -> Ref:
     """`value` reshaped to `shape` (static sizes), the reshape moved ahead of the pointwise ops and broadcasts that
     compute `value` wherever it can go."""
+    key = ("reshape", value, shape)
+    if key not in builder._hoisted:
+        builder._hoisted[key] = _reshaped(builder, value, shape)
+    return builder._hoisted[key]  # type: ignore[return-value]
+
+
+def _reshaped(builder: Builder, value: Ref, shape: tuple[int, ...]) -> Ref:
     node = builder.producer(value)
     before = builder.type_of(value).shape
     groups = _groups(before, shape) if all(isinstance(d, int) for d in before) else None
