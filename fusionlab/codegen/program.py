@@ -72,7 +72,11 @@ class ProgramWriter:
         self.constants: dict[str, Any] = {}
         self.lines: list[str] = []
         self.kernels: list[KernelSource] = []
-        self.dense_externs: set[str] = set()  # extern results made contiguous for the kernels that read them
+        # An extern's result that a kernel reads, dense as traced (a convolution's NCHW output): the wrapper makes
+        # sure with .contiguous() (no copy when it is), so kernels index it as dense, with no division per element.
+        read = {value for group in fused.groups if group.is_kernel for value in group.inputs}
+        self.dense_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
+                              if name in read and not graph[name].param("outputs") and _traced_dense(graph[name].type)}
 
     def var(self, value: str) -> str:
         return self.namer.identifier(value, f"value:{value}")
@@ -118,12 +122,6 @@ class ProgramWriter:
         for group in self.fused.groups:
             if group.is_kernel:
                 dense.update(group.outputs)
-        # An extern's result that a kernel reads, dense as traced (a convolution's NCHW output): the wrapper makes
-        # sure with .contiguous() (no copy when it is), so kernels index it as dense, with no division per element.
-        read = {value for group in self.fused.groups if group.is_kernel for value in group.inputs}
-        self.dense_externs = {name for group in self.fused.groups if group.kind == "extern" for name in group.nodes
-                              if name in read and not self.graph[name].param("outputs")
-                              and _traced_dense(self.graph[name].type)}
         return dense | self.dense_externs
 
     def kernel(self, group: FusionGroup, index: int, dense: set[str]) -> None:

@@ -317,3 +317,11 @@ def pair_blocker(producer: Sequence[Node], consumer: Sequence[Node]) -> str | No
     """Why a producer group and its consumer group can never be one kernel, whatever a policy prefers (None when
     only their shapes are left to check: `analyse` on the merged nodes)."""
     return extern_blocker(producer, consumer) or matmul_blocker(producer, consumer)
+
+
+def traffic(graph: Graph, members: Sequence[str], stored: Sequence[str]) -> tuple[int, int]:
+    """Bytes read and written by one kernel over these nodes: each input tensor is read once and each stored
+    value written once (broadcast loads hit the cache)."""
+    inside = set(members)
+    inputs = dict.fromkeys(view_source(graph, v) for m in members for v in graph[m].inputs if v not in inside)
+    return sum(graph.nbytes(v) for v in inputs), sum(graph.nbytes(v) for v in stored)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from fusionlab.fusion import siblings
-from fusionlab.fusion.domain import Domain, analyse, view_source
+from fusionlab.fusion.domain import Domain, analyse, traffic
 from fusionlab.fusion.kinds import KERNEL_GROUP_KINDS, GroupKind
 from fusionlab.fusion.policy import GroupInfo, Policy, Verdict
 from fusionlab.fusion.recompute import recompute
@@ -233,7 +233,7 @@ def _bytes_saved(partition: _Partition, producer: str, consumer: str) -> int:
     def moved(members: list[str]) -> int:
         if GroupInfo(tuple(graph[m] for m in members)).kind == "view":
             return 0  # a view moves no bytes of its own
-        read, written = _traffic(graph, members, partition.stored(members))
+        read, written = traffic(graph, members, partition.stored(members))
         return read + written
 
     first, second = partition.members[producer], partition.members[consumer]
@@ -364,7 +364,7 @@ def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], 
     if info.kind in KERNEL_GROUP_KINDS:
         result = analyse(graph, members, stored)
         domain = result if isinstance(result, Domain) else None
-    read, written = (0, 0) if info.kind == "view" else _traffic(graph, members, stored)
+    read, written = (0, 0) if info.kind == "view" else traffic(graph, members, stored)
     ops = [n.op for n in nodes if n.kind in ("pointwise", "reduction", "matmul", "extern")] or [nodes[0].op]
     label = "_".join(dict.fromkeys(o.replace(".", "_") for o in ops))
     name = f"{info.kind}_{index}_{label[:48]}"
@@ -374,11 +374,3 @@ def describe_group(graph: Graph, members: Sequence[str], stored: Sequence[str], 
     modules = modules if any(modules) else ()
     return FusionGroup(name, info.kind, tuple(members), tuple(inputs), tuple(stored), read, written, origins,
                        domain, modules)
-
-
-def _traffic(graph: Graph, members: Sequence[str], stored: Sequence[str]) -> tuple[int, int]:
-    """Bytes read and written by one kernel over these nodes: each input tensor is read once and each stored
-    value written once (broadcast loads hit the cache)."""
-    inside = set(members)
-    inputs = dict.fromkeys(view_source(graph, v) for m in members for v in graph[m].inputs if v not in inside)
-    return sum(graph.nbytes(v) for v in inputs), sum(graph.nbytes(v) for v in stored)

@@ -23,7 +23,7 @@ from collections.abc import Sequence, Set
 from typing import TYPE_CHECKING
 
 from fusionlab.decompose.primitives import INDEX_VIEWS, POINTWISE
-from fusionlab.fusion.domain import Domain, analyse, view_source
+from fusionlab.fusion.domain import Domain, analyse, traffic, view_source
 from fusionlab.ir import Graph
 
 if TYPE_CHECKING:
@@ -156,9 +156,7 @@ def _rebuilt(graph: Graph, groups: Sequence[FusionGroup], taken: dict[int, dict[
             continue
         stored = _stored(graph, group, read)
         members = _live(graph, list(group.nodes) + list(extra), stored)
-        inputs = _loads(graph, members)
-        loads = dict.fromkeys(view_source(graph, v) for v in inputs)
-        rebuilt.append(dataclasses.replace(
-            group, inputs=tuple(inputs), outputs=tuple(stored), recomputed=extra,
-            bytes_read=sum(graph.nbytes(v) for v in loads), bytes_written=sum(graph.nbytes(v) for v in stored)))
+        read_bytes, written_bytes = traffic(graph, members, stored)
+        rebuilt.append(dataclasses.replace(group, inputs=tuple(_loads(graph, members)), outputs=tuple(stored),
+                                           recomputed=extra, bytes_read=read_bytes, bytes_written=written_bytes))
     return tuple(rebuilt)
