@@ -85,6 +85,20 @@ def _grid_stride(stages: int) -> Callable[[str], str]:
     return edit
 
 
+def _sizes_constexpr(source: str) -> str:
+    """The domain's sizes as compile-time constants: divisions by them become multiplies and shifts."""
+    head, found, rest = source.partition("(")
+    signature, close, body = rest.partition(")")
+    signature = re.sub(r"\b(size\d+)\b(?!:)", r"\1: tl.constexpr", signature)
+    return head + found + signature + close + body
+
+
+def _merged_rows(source: str) -> str:
+    """Operands whose strides collapse over the row dimensions (a slice of a dense tensor) addressed by the flat
+    row index, with no division (d0 * s0 + d1 * s1 + d2 * s2 == xindex * s2 when s0 = size1 * s1, s1 = size2 * s2)."""
+    return re.sub(r"d0 \* (stride_\w+?)_0 \+ d1 \* \1_1 \+ d2 \* \1_2", r"xindex * \1_2", source)
+
+
 VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, checked against eager)
     "current": (lambda s: s, True),
     "nomask": (_drop_masks, True),
@@ -101,6 +115,9 @@ VARIANTS: dict[str, tuple[Callable[[str], str], bool]] = {  # name -> (edit, che
                      True),
     "gridstride": (_grid_stride(1), True),
     "gridstride_s2": (_grid_stride(2), True),
+    "sizes_const": (_sizes_constexpr, True),
+    "merged_rows": (_merged_rows, True),
+    "merged_rows_sizes_const": (lambda s: _sizes_constexpr(_merged_rows(s)), True),
 }
 
 
@@ -117,6 +134,9 @@ def _configs(kind: str, xnumel: int, rnumel: int, variant: str = "") -> list[tup
 
 def _plain_configs(kind: str, xnumel: int, rnumel: int) -> list[tuple[int, int, int, int]]:
     p2 = triton.next_power_of_2
+    if kind == "tiled" and p2(rnumel) <= 256:  # short rows (a head's width): more rows per tile, fewer per thread
+        return [(x, p2(rnumel), w, 1) for x, w in itertools.product((4, 8, 16, 32, 64), (1, 2, 4, 8))
+                if w * 32 <= x * p2(rnumel) <= 8192]
     if kind == "tiled":
         shapes = [(1, 4096), (2, 2048), (4, 1024), (8, 1024), (8, 512), (16, 256), (4, 2048), (16, 512)]
         return [(x, r, w, 1) for (x, r), w in itertools.product(shapes, (4, 8))]
@@ -129,6 +149,8 @@ def _plain_configs(kind: str, xnumel: int, rnumel: int) -> list[tuple[int, int, 
         return [(x, r, w, 1) for x, r, w in itertools.product((1, 2), (1024, 2048, 4096), (4, 8, 16))
                 if w * 32 <= x * r]
     rblock = p2(rnumel)
+    if rblock > 32768:  # a whole vocabulary row in registers: one row per program, as many warps as allowed
+        return [(1, rblock, w, 1) for w in (16, 32)]
     rows, warps = ((1, 2, 4, 8, 16), (1, 2, 4, 8, 16)) if rblock <= 2048 else ((1, 2, 4), (4, 8, 16, 32))
     return [(x, rblock, w, 1) for x, w in itertools.product(rows, warps)
             if x * rblock <= 32768 and w * 32 <= x * rblock]
@@ -245,6 +267,19 @@ def _layer_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.layer_norm(x, weight.shape, weight)
 
 
+def _rotary_q(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The query half of the suite's rotary_embedding (Llama 3 8B's 32 heads of 128, 4 x 2048 tokens)."""
+    half = q.shape[-1] // 2
+    rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+    return q * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
+
+
+def _rotary_inputs() -> list[torch.Tensor]:
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    return [torch.randn(shape, device="cuda", generator=generator).to(torch.bfloat16)
+            for shape in ((4, 32, 2048, 128), (4, 2048, 128), (4, 2048, 128))]
+
+
 # Single kernels of multi-kernel workloads, and other row lengths, swept on their own:
 # name -> (function, inputs on the GPU).
 PARTS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = {
@@ -252,11 +287,16 @@ PARTS: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = 
     "softmax_512": (_softmax, _short_rows(131072, 512)),
     "layer_norm_1024": (_layer_norm, _short_rows(65536, 1024)),
     "layer_norm_256_small": (_layer_norm, _short_rows(8192, 256)),
+    "rotary_q": (_rotary_q, _rotary_inputs),
 }
 
 
 def sweep(label: str, budget_s: float) -> dict[str, Any]:
-    name, _, mode = label.partition(":")  # "rms_norm:looped" forces looped reductions
+    name, _, mode = label.partition(":")  # "rms_norm:looped" forces looped reductions, ":persistent" whole rows
+    if mode == "persistent":
+        import fusionlab.codegen.plan as plan
+
+        plan.PERSISTENT_LIMIT = 1 << 17
     if name in PARTS:
         fn, build = PARTS[name]
         inputs = build()
@@ -278,8 +318,9 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
         row["note"] = f"{len(records)} launches: only single-kernel programs are swept"
         return row
     handle, args, xnumel, rnumel = records[0]
+    storages = {t.untyped_storage().data_ptr() for t in inputs}  # views of an input (slices) are inputs too
     output_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
-                        and a.data_ptr() not in {t.data_ptr() for t in inputs}]
+                        and a.untyped_storage().data_ptr() not in storages]
     target = args[output_positions[0]]
     row["kind"], row["default"] = handle.kind, str(handle.last_config)
     results: list[tuple[str, tuple[int, ...], float]] = []
@@ -339,7 +380,7 @@ def sweep(label: str, budget_s: float) -> dict[str, Any]:
 
 def main(out: str, names: list[str]) -> None:
     rows = []
-    budget = 40.0
+    budget = float(os.environ.get("SWEEP_BUDGET", "40"))
     for name in names:
         row = read_ceiling() if name == "read_ceiling" else sweep(name, budget)
         rows.append(row)

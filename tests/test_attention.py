@@ -38,8 +38,15 @@ def _math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, scale=0.3)[0]
 
 
+def _math_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # the same with an additive mask (a model's padding mask, or the all-true mask transformers builds under
+    # torch.compile): the mask is added to the float32 scores before the safe softmax, whose decomposition reads
+    # the masked scores twice
+    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask=mask, scale=0.3)[0]
+
+
 FORMS: dict[str, Callable[..., torch.Tensor]] = {"plain": _plain, "scaled_q_float_softmax": _scaled_q_float_softmax,
-                                                  "masked": _masked, "math": _math}
+                                                  "masked": _masked, "math": _math, "math_masked": _math_masked}
 SHAPES = [(2, 4, 16, 16, 8, 8), (1, 3, 7, 19, 16, 4), (3, 2, 32, 32, 32, 32)]  # B, H, T, S, D, Dv (cross, square)
 
 
@@ -48,7 +55,7 @@ def _inputs(form: str, shape: tuple[int, ...], dtype: torch.dtype, seed: int) ->
     gen = torch.Generator().manual_seed(seed)
     made = [torch.randn(b, h, t, d, generator=gen), torch.randn(b, h, s, d, generator=gen),
             torch.randn(b, h, s, dv, generator=gen)]
-    if form == "masked":
+    if form in ("masked", "math_masked"):
         made.append(torch.where(torch.rand(b, 1, 1, s, generator=gen) < 0.2, -1e4, 0.0))
     return tuple(x.to(dtype) for x in made)
 
@@ -59,6 +66,7 @@ def _externs(ex: fl.Exploration) -> list[str]:
 
 ATTENTION = "aten.scaled_dot_product_attention.default"
 MASKED = "masked_attention"  # with a mask: eager's NaN kept where a row is masked throughout
+SAFE_MASKED = "safe_masked_attention"  # with a mask and a safe softmax: zeros where a row is masked throughout
 
 
 def _close_as_eager(mine: torch.Tensor, fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...]) -> None:
@@ -75,7 +83,8 @@ def _close_as_eager(mine: torch.Tensor, fn: Callable[..., torch.Tensor], inputs:
 def test_written_attention_runs_fused(form: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
     fn = FORMS[form]
     ex = fl.explore(fn, *_inputs(form, shape, dtype, 0))
-    assert (MASKED if form == "masked" else ATTENTION) in _externs(ex) and "aten.bmm.default" not in _externs(ex)
+    expected = {"masked": MASKED, "math_masked": SAFE_MASKED}.get(form, ATTENTION)
+    assert expected in _externs(ex) and "aten.bmm.default" not in _externs(ex)
     assert not any("bmm" in aten for aten, _ in ex.decomposed.fallbacks if "attention" not in _)
     fresh = _inputs(form, shape, dtype, 1)
     _close_as_eager(ex(*fresh), fn, fresh)
@@ -166,3 +175,54 @@ def test_a_row_masked_throughout_is_nan_as_in_eager() -> None:
     ex = fl.explore(_masked, q, k, v, mask)
     assert MASKED in _externs(ex)
     torch.testing.assert_close(ex(q, k, v, mask), _masked(q, k, v, mask), equal_nan=True)
+
+
+def test_a_row_masked_throughout_is_zero_under_a_safe_softmax() -> None:
+    # PyTorch's math attention with a mask, as a GPU trace of a transformers ViT gives it: half-precision q, k, v
+    # computed in float32, the mask added to the scores, a safe softmax; a fully masked row gives zeros
+    q, k, v = (torch.randn(2, 3, n, 8).to(torch.bfloat16) for n in (5, 7, 7))
+    mask = torch.zeros(2, 1, 5, 7, dtype=torch.bfloat16)
+    mask[:, :, 1, :] = float("-inf")
+    mask[:, :, 3, :4] = float("-inf")
+    ex = fl.explore(_math_masked, q, k, v, mask)
+    assert SAFE_MASKED in _externs(ex) and "aten.bmm.default" not in _externs(ex)
+    got, expected = ex(q, k, v, mask), _math_masked(q, k, v, mask)
+    assert (got[:, :, 1] == 0).all() and (expected[:, :, 1] == 0).all()
+    torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
+
+
+def _bool_mask_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):  # the path a GPU trace takes: a boolean mask made additive (0 and -inf)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+def test_a_boolean_mask_under_the_math_attention_runs_fused_in_half_precision() -> None:
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, generator=gen).to(torch.bfloat16) for _ in range(3))
+    keep = torch.rand(2, 1, 1, 16, generator=gen) < 0.8
+    ex = fl.explore(_bool_mask_math, q, k, v, keep)
+    assert SAFE_MASKED in _externs(ex) and "aten.bmm.default" not in _externs(ex)
+    attention = next(n for n in ex.decomposed.graph.nodes if n.op == SAFE_MASKED)
+    assert ex.decomposed.graph[attention.inputs[0]].type.dtype == torch.bfloat16  # the float32 copies are gone
+    fresh = (*(torch.randn(2, 4, 16, 8, generator=gen).to(torch.bfloat16) for _ in range(3)),
+             torch.rand(2, 1, 1, 16, generator=gen) < 0.8)
+    _close_as_eager(ex(*fresh), _bool_mask_math, fresh)
+
+
+def test_a_float32_mask_keeps_half_precision_attention_in_float32() -> None:
+    # a float32 bias added to the float32 scores of bf16 q, k, v: rounding it to bf16 would change the result, so
+    # attention runs on the float32 copies
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        scores = q.float() @ k.float().transpose(-2, -1) * 0.3 + bias
+        return (torch.softmax(scores, -1) @ v.float()).to(q.dtype)
+
+    gen = torch.Generator().manual_seed(0)
+    made = lambda: (*(torch.randn(2, 3, 8, 16, generator=gen).to(torch.bfloat16) for _ in range(3)),  # noqa: E731
+                    torch.randn(2, 1, 8, 8, generator=gen) * 3.0)
+    ex = fl.explore(fn, *made())
+    attention = next(n for n in ex.decomposed.graph.nodes if n.op == MASKED)
+    assert ex.decomposed.graph[attention.inputs[0]].type.dtype == torch.float32
+    fresh = made()
+    torch.testing.assert_close(ex(*fresh), fn(*fresh))

@@ -24,8 +24,10 @@ SHAPES = [pytest.param((8, 16), id="8x16"), pytest.param((16, 16), id="square")]
 
 
 def _extern_ops(explorations: Iterable[Any]) -> set[str]:
-    """The aten op names ("gelu_backward") of every extern node in these explorations' decomposed graphs."""
-    return {node.op.split(".")[1] for ex in explorations for node in ex.decomposed.graph.nodes if node.kind == "extern"}
+    """The op names ("gelu_backward", "safe_masked_attention") of every extern node in these explorations' decomposed
+    graphs."""
+    return {node.op.split(".")[1] if "." in node.op else node.op
+            for ex in explorations for node in ex.decomposed.graph.nodes if node.kind == "extern"}
 
 
 def _assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:

@@ -360,3 +360,65 @@ def test_a_gather_of_a_deep_shared_chain_decomposes_quickly() -> None:
     assert time.perf_counter() - start < 10
     fresh, ids = torch.rand(64, 4) * 0.1, torch.randint(0, 64, (8,))
     torch.testing.assert_close(ex(fresh, ids), fn(fresh, ids))
+
+
+# -- views of dense values: strides known, rows addressed by the flat row index -------------------------------------
+def _rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * table + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * (table + 1)
+
+
+def _load_lines(ex: Any, operand: str) -> list[str]:
+    return [line for kernel in ex.generated.kernels for line in kernel.source.splitlines()
+            if "tl.load" in line and f"in_{operand} " in line]
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 8, 16), (4, 4, 4, 4), (2, 1, 5, 6)], ids=str)
+def test_slices_of_a_dense_input_read_their_rows_by_the_flat_row_index(shape: tuple[int, ...]) -> None:
+    # The rotary embedding's halves are slices of x: their strides follow from x's (made dense by the wrapper), so
+    # the kernel reads each by `xindex * stride`, with no division for their leading dims
+    x, table = torch.randn(shape), torch.randn(shape[-1])
+    ex = _explore(_rotate, x, table)
+    slices = [n.name for n in ex.decomposed.graph.nodes if n.op == "slice"]
+    assert len(slices) == 2
+    for name in slices:
+        (line,) = _load_lines(ex, name)
+        assert "xindex * stride_" in line and " d0 " not in line and "d1 *" not in line, line
+    for fresh in (torch.randn(shape), torch.randn(*shape[:-2], shape[-1], shape[-2]).transpose(-1, -2)):
+        _same(ex, _rotate, fresh, table, exact=False)  # a non-dense x is made dense first
+
+
+def test_strides_of_the_wrappers_views_are_pytorchs() -> None:
+    from fusionlab.codegen.program import view_strides
+    from fusionlab.ir import contiguous_strides
+
+    def check(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> None:
+        ex = fl.explore(lambda t: fn(t) * 2, x)
+        views = [n for n in ex.decomposed.graph.nodes if n.kind == "view"]
+        assert views, "no view in the graph"
+        graph, real = ex.decomposed.graph, fn(x)
+        view = views[-1]
+        source = graph[view.inputs[0]]
+        strides = view_strides(view, source.type.shape, contiguous_strides(source.type.shape))
+        if source.name in graph.inputs or source.kind != "view":
+            assert strides is None or tuple(strides) == real.stride(), (view.op, strides, real.stride())
+
+    x = torch.randn(3, 4, 5, 6)
+    check(lambda t: t[..., 1:5:2], x)
+    check(lambda t: t.select(1, 2), x)
+    check(lambda t: t.permute(2, 0, 3, 1), x)
+    check(lambda t: t[:, :1].expand(3, 7, 5, 6), x)  # noqa: B023
+    check(lambda t: t.reshape(12, 30), x)
+
+
+def test_slices_under_dynamic_sizes_read_their_rows_by_the_flat_row_index() -> None:
+    # a symbolic leading size: the strides collapse symbolically (stride[i] == size[i + 1] * stride[i + 1])
+    def shifted(x: torch.Tensor) -> torch.Tensor:
+        return x[..., 2:] * 2 + x[..., :-2]
+
+    ex = _explore(shifted, torch.randn(3, 4, 8, 16), dynamic=True)
+    slices = [n.name for n in ex.decomposed.graph.nodes if n.op == "slice"]
+    assert slices and all("xindex * stride_" in line and "d0" not in line
+                          for name in slices for line in _load_lines(ex, name))
+    for rows in (5, 2, 7):
+        _same(ex, shifted, torch.randn(rows, 4, 8, 16), exact=False)

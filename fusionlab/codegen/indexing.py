@@ -12,14 +12,16 @@ that no size is ever baked into the source. The emitter (codegen/kernel.py) buil
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import sympy
 
 from fusionlab.codegen.plan import ARGUMENT_ROLES, KernelPlan
 from fusionlab.fusion.domain import IndexMap
 from fusionlab.fusion.fuse import FusionGroup
-from fusionlab.ir import Graph
+from fusionlab.ir import Dim, Graph
 from fusionlab.names import Namer
 
 # Names of the kernels' own code: reserved so that no value or argument can take them.
@@ -66,8 +68,12 @@ def bounds_mask(index: str, numel: str, even: str, shape: str) -> str:
 class IndexWriter:
     """Index expressions of one kernel over `plan.layout`, and the arguments they name (in `arguments`)."""
 
-    def __init__(self, graph: Graph, group: FusionGroup, name: str, plan: KernelPlan) -> None:
+    def __init__(self, graph: Graph, group: FusionGroup, name: str, plan: KernelPlan,
+                 strides: Mapping[str, tuple[Dim, ...]] | None = None) -> None:
         self.graph, self.group, self.name, self.plan = graph, group, name, plan
+        # Values whose strides at run time are these (views of dense values): their row dimensions can be
+        # addressed by the flat row index where the strides collapse (a slice of a dense tensor).
+        self.known_strides = dict(strides or {})
         self.domain, self.layout = plan.domain, plan.layout
         # Index variables (d0, d1, ...) are reserved up front so no value name can take them.
         self.namer = Namer({f"d{i}" for i in range(len(self.domain.shape))} | set(RESERVED))
@@ -141,13 +147,38 @@ class IndexWriter:
             flat = self._flat_offset(index_map)
             if flat is not None:
                 return flat
+        merged = self._merged(value, index_map)
         terms = []
         for position, dim in enumerate(index_map):
-            if dim is None:
+            if dim is None or position in merged:
                 continue
             stride = self._argument(f"stride_{value}_{position}", "stride", value, position)
             terms.append(f"{self.entry_expr(dim)} * {stride}")
-        return " + ".join(terms) or "0"
+        for flat, last in merged.values():
+            stride = self._argument(f"stride_{value}_{last}", "stride", value, last)
+            terms.append(f"{flat} * {stride}")
+        return " + ".join(dict.fromkeys(terms)) or "0"
+
+    def _merged(self, value: str, index_map: IndexMap) -> dict[int, tuple[str, int]]:
+        """Positions of `value` read by one flat index: where they follow the layout's rows (or columns) in order
+        and the value's strides collapse over them (stride[i] == size[i + 1] * stride[i + 1]), `d0 * s0 + d1 * s1
+        + d2 * s2` is `xindex * s2`, with no division. Each merged position maps to (flat index, last position)."""
+        strides = self.known_strides.get(value)
+        if strides is None:
+            return {}
+        shape = self.graph[value].type.shape
+        merged: dict[int, tuple[str, int]] = {}
+        spans = [(self.layout.outer, "xindex")]
+        if self.plan.two_d:
+            spans.append((self.layout.axes, "rindex"))
+        for dims, flat in spans:
+            wanted = [d for d in dims if self.layout.shape[d] != 1]
+            positions = [p for p, e in enumerate(index_map) if isinstance(e, int) and e in wanted]
+            if len(wanted) < 2 or [index_map[p] for p in positions] != wanted:
+                continue
+            if all(_collapses(shape, strides, a, b) for a, b in zip(positions, positions[1:])):
+                merged.update({p: (flat, positions[-1]) for p in positions})
+        return merged
 
     def entry_expr(self, entry: Any) -> str:
         if entry is None:
@@ -202,3 +233,12 @@ class IndexWriter:
         if has_r:
             return "rmask"
         return None
+
+
+def _collapses(shape: tuple[Dim, ...], strides: tuple[Dim, ...], outer: int, inner: int) -> bool:
+    """Whether dims `outer` < `inner` of a value are one run in memory: those between are of size 1, and
+    stride[outer] == size[inner] * stride[inner] (sizes and strides may be symbolic)."""
+    if any(shape[p] != 1 for p in range(outer + 1, inner)):
+        return False
+    outer_stride, size, inner_stride = (sympy.sympify(v) for v in (strides[outer], shape[inner], strides[inner]))
+    return sympy.expand(outer_stride - size * inner_stride) == 0

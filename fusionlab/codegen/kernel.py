@@ -12,6 +12,7 @@ identity, loop step and row reduction come from the tables in codegen/reductions
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -26,7 +27,7 @@ from fusionlab.decompose import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE,
 from fusionlab.decompose.primitives import INDEXED
 from fusionlab.fusion.domain import Domain, IndexMap, alignment, reads_own_row, store_map, view_map
 from fusionlab.fusion.fuse import FusionGroup
-from fusionlab.ir import Graph, Node, Ref
+from fusionlab.ir import Dim, Graph, Node, Ref
 from fusionlab.names import comment
 
 
@@ -67,8 +68,9 @@ class KernelWriter(IndexWriter):
         >>> KernelWriter(graph, group, "softmax", {"x"}, plan_kernel(graph, group, {"x"})).write().source
     """
 
-    def __init__(self, graph: Graph, group: FusionGroup, name: str, contiguous: set[str], plan: KernelPlan) -> None:
-        super().__init__(graph, group, name, plan)
+    def __init__(self, graph: Graph, group: FusionGroup, name: str, contiguous: set[str], plan: KernelPlan,
+                 strides: Mapping[str, tuple[Dim, ...]] | None = None) -> None:
+        super().__init__(graph, group, name, plan, strides)
         self.contiguous = contiguous
         self.members = set(group.nodes) | set(group.recomputed)  # recomputed: fusion/recompute.py
         self.globals: dict[str, str] = {}  # reduction results, visible after their loop

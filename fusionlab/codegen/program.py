@@ -124,13 +124,30 @@ class ProgramWriter:
                 dense.update(group.outputs)
         return dense | self.dense_externs
 
-    def kernel(self, group: FusionGroup, index: int, dense: set[str]) -> None:
+    def known_strides(self, dense: set[str]) -> dict[str, tuple[Dim, ...]]:
+        """The strides, as they will be at run time, of the wrapper's views of dense values (a slice of an input made
+        contiguous): each view's strides follow from its source's, sizes being what the program is built for."""
+        known: dict[str, tuple[Dim, ...]] = {v: contiguous_strides(self.graph[v].type.shape) for v in dense}
+        for group in self.fused.groups:
+            if group.is_kernel or group.kind == "extern":
+                continue
+            for name in group.nodes:
+                node = self.graph[name]
+                source = known.get(node.inputs[0]) if node.inputs else None
+                if source is not None:
+                    strides = view_strides(node, self.graph[node.inputs[0]].type.shape, source)
+                    if strides is not None:
+                        known[name] = strides
+        return {v: strides for v, strides in known.items() if v not in dense}
+
+    def kernel(self, group: FusionGroup, index: int, dense: set[str],
+               strides: dict[str, tuple[Dim, ...]] | None = None) -> None:
         name = self.namer.identifier(group.name)
         if group.kind == "matmul":
             source = MatmulWriter(self.graph, group, name, dense).write()
         else:
             plan = plan_kernel(self.graph, group, dense, self.force_looped)
-            source = KernelWriter(self.graph, group, name, dense, plan).write()
+            source = KernelWriter(self.graph, group, name, dense, plan, strides).write()
         self.kernels.append(source)
         where = f" (in {comment(group.module)})" if group.module else ""
         self.lines.append(f"    # {comment(group.name)}{where}: reads {comment(', '.join(group.inputs))}; "
@@ -210,14 +227,19 @@ class ProgramWriter:
             header.append(f"    {binding.symbol} = {params[binding.input_index]}.shape[{binding.dim}]")
         first = params[0] if params else "None"
         header.append(f"    device = {first}.device")
+        strides = self.known_strides(dense)
+        read = {value for g in self.fused.groups if g.is_kernel for value in g.inputs}
+        # an input kernels read, directly or through a view whose strides they rely on, is made dense (no copy
+        # when it is already)
+        relied = read | {self._view_source(v) for v in read if v in strides}
         for value, param in zip(self.graph.inputs, params):
-            if value in dense and any(value in g.inputs for g in self.fused.groups if g.is_kernel):
+            if value in dense and value in relied:
                 header.append(f"    {param} = {param}.contiguous()")
         spans: list[tuple[str, int, int]] = []  # each group's lines, as indices into self.lines
         for index, group in enumerate(self.fused.groups):
             start = len(self.lines)
             if group.is_kernel:
-                self.kernel(group, index, dense)
+                self.kernel(group, index, dense, strides)
             elif group.kind == "extern":
                 for name in group.nodes:
                     self.extern(self.graph[name])
@@ -230,6 +252,33 @@ class ProgramWriter:
         sections = tuple(WrapperSection(group, len(header) + start + 1, len(header) + end)
                          for group, start, end in spans)
         return Program("\n".join(body) + "\n", tuple(self.kernels), dict(self.constants), tuple(params), sections)
+
+
+    def _view_source(self, value: str) -> str:
+        """The value a chain of wrapper views starts from."""
+        while self.graph[value].kind == "view" and self.graph[value].inputs:
+            value = self.graph[value].inputs[0]
+        return value
+
+
+def view_strides(node: Node, source_shape: tuple[Dim, ...], source: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
+    """The strides of view `node` of a tensor with `source` strides, as PyTorch gives them; None where they depend on
+    more than the source's strides (a reshape of a non-dense tensor, one output of a multi-output op)."""
+    if node.op == "slice":
+        dim, step = int(node.param("dim")), int(node.param("step"))
+        return tuple(s * step if d == dim else s for d, s in enumerate(source))
+    if node.op == "select":
+        dim = int(node.param("dim"))
+        return tuple(s for d, s in enumerate(source) if d != dim)
+    if node.op == "permute":
+        return tuple(source[int(d)] for d in node.param("dims"))
+    if node.op == "expand":
+        shape, lead = node.type.shape, node.type.rank - len(source)
+        return tuple(0 if d < lead or (source_shape[d - lead] == 1 and shape[d] != 1) else source[d - lead]
+                     for d in range(len(shape)))
+    if node.op == "reshape" and tuple(source) == tuple(contiguous_strides(source_shape)):
+        return contiguous_strides(node.type.shape)
+    return None
 
 
 def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,

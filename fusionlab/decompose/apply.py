@@ -152,8 +152,11 @@ def _fused_attention(builder: Builder, fx_node: torch.fx.Node, found: attention.
     if mask is None:
         target: Any = aten.scaled_dot_product_attention.default
         call: tuple[tuple[Any, ...], dict[str, Any]] = ((q, k, v), {"scale": found.scale})
-    else:  # eager's NaN where a row's mask is -inf throughout
-        target, call = attention.masked_attention, ((q, k, v, mask, found.scale), {})
+    else:  # eager's NaN (a safe softmax's zeros) where a row's mask is -inf throughout
+        if builder.type_of(mask).dtype != builder.type_of(q).dtype:  # float32 scores of half-precision q, k, v
+            mask = builder.cast(mask, builder.type_of(q).dtype)
+        target = attention.safe_masked_attention if found.safe else attention.masked_attention
+        call = ((q, k, v, mask, found.scale), {})
     reason = f"{short_name(target)} {attention.REASON}"
     fallbacks.append((fx_node.name, reason))
     result = builder.extern(target, *call, reason, out=out)

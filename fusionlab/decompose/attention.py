@@ -32,6 +32,8 @@ REASON = ("is softmax(q @ k^T * scale + mask) @ v, matched as one attention (dec
           "fused attention kernel (flash / memory-efficient / cuDNN), which never stores the score matrix")
 
 _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+_WHERES = {getattr(aten.where, name) for name in ("self", "ScalarSelf", "ScalarOther", "Scalar")
+           if hasattr(aten.where, name)}
 _SCALINGS = {aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar}
 # _safe_softmax (the math attention's: a row of -inf gives zeros) where it exists
 _SOFTMAX = {aten._softmax.default} | ({aten._safe_softmax.default} if hasattr(aten, "_safe_softmax") else set())
@@ -47,15 +49,27 @@ class Attention:
     v: torch.fx.Node
     scale: float
     mask: torch.fx.Node | None
+    safe: bool = False  # a safe softmax: a row masked throughout gives zeros, not eager softmax's NaN
 
 
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                      scale: float) -> torch.Tensor:
     """PyTorch's attention with an additive mask, and eager's NaN where a row's mask is -inf throughout (its softmax
     is 0 / 0; the fused kernels give zeros or NaN, by kernel)."""
+    return _with_dead_rows(q, k, v, mask, scale, float("nan"))
+
+
+def safe_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                          scale: float) -> torch.Tensor:
+    """PyTorch's attention with an additive mask, and zeros where a row's mask is -inf throughout, as a safe
+    softmax gives them (PyTorch's math attention: `_safe_softmax`)."""
+    return _with_dead_rows(q, k, v, mask, scale, 0.0)
+
+
+def _with_dead_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float,
+                    fill: float) -> torch.Tensor:
     out = torch.ops.aten.scaled_dot_product_attention.default(q, k, v, attn_mask=mask, scale=scale)
-    dead = torch.isneginf(mask).all(-1, keepdim=True)
-    return torch.where(dead, torch.full((), float("nan"), dtype=out.dtype, device=out.device), out)
+    return out.masked_fill_(torch.isneginf(mask).all(-1, keepdim=True), fill)
 
 
 def match(graph_module: torch.fx.GraphModule) -> dict[str, Attention]:
@@ -76,9 +90,9 @@ def _attention(product: torch.fx.Node) -> Attention | None:
     if found is None:
         return None
     scores, readers, safe = found
-    scores, mask = _without_mask(scores)
-    if mask is not None and safe:
-        return None  # a safe softmax gives zeros for a fully masked row: the fused kernels are not held to that
+    scores, mask = _without_mask(scores, readers)
+    if mask is not None:
+        readers = 1  # the mask's addition alone reads the scores
     unscaled, scale = _without_scale(scores)
     if unscaled is None or len(_users(unscaled)) != readers or unscaled.target not in _VIEWS:
         return None
@@ -93,7 +107,10 @@ def _attention(product: torch.fx.Node) -> Attention | None:
     k = _untransposed(k_transposed) if k_transposed is not None else None
     if q is None or k is None:
         return None
+    upcast = q, k, v
     q, k, v = _without_upcast(product, q, k, v)
+    if mask is not None and q is not upcast[0] and not _exact_in(mask, _dtype(q)):
+        q, k, v = upcast  # a float32 mask the half-precision attention would round: attention runs in float32
     q_shape, k_shape, v_shape = (_shape(n) for n in (q, k, v))
     if q_shape is None or k_shape is None or v_shape is None or not _compatible(q_shape, k_shape, v_shape):
         return None
@@ -102,7 +119,7 @@ def _attention(product: torch.fx.Node) -> Attention | None:
         return None
     if mask is not None and not _mask_fits(mask, q_shape, k_shape, _dtype(scores)):
         return None
-    return Attention(q, k, v, scale * q_scale * k_scale, mask)
+    return Attention(q, k, v, scale * q_scale * k_scale, mask, safe)
 
 
 def _without_upcast(product: torch.fx.Node, q: torch.fx.Node, k: torch.fx.Node,
@@ -215,8 +232,10 @@ def _is_cast(node: torch.fx.Node) -> bool:
     return node.kwargs.get("layout", torch.strided) == torch.strided and node.kwargs.get("device", source) == source
 
 
-def _without_mask(scores: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node | None]:
-    if scores.target is aten.add.Tensor and _sole(scores) and len(_args(scores)) == 2 and not scores.kwargs:
+def _without_mask(scores: torch.fx.Node, readers: int) -> tuple[torch.fx.Node, torch.fx.Node | None]:
+    """The scores before an additive mask, and the mask; `readers` nodes of the softmax read the masked scores."""
+    if (scores.target is aten.add.Tensor and len(_users(scores)) == readers and len(_args(scores)) == 2
+            and not scores.kwargs):
         base, mask = _args(scores)
         if isinstance(base, torch.fx.Node) and isinstance(mask, torch.fx.Node) and _shape(mask) is not None:
             return base, mask
@@ -245,12 +264,43 @@ def _untransposed(value: torch.fx.Node) -> torch.fx.Node | None:
 
 
 def _mask_fits(mask: torch.fx.Node, q: tuple[int, ...], k: tuple[int, ...], dtype: torch.dtype | None) -> bool:
-    """An additive mask of the scores' dtype that broadcasts to [B, H, T, S]."""
-    shape = _shape(mask)
-    if shape is None or _dtype(mask) != dtype or len(shape) > 4:
+    """An additive floating-point mask that broadcasts to [B, H, T, S] and whose addition keeps the scores' dtype
+    (a half-precision mask added to float32 scores, as PyTorch's math attention does, is converted exactly)."""
+    shape, own = _shape(mask), _dtype(mask)
+    if shape is None or own is None or dtype is None or not own.is_floating_point or len(shape) > 4:
+        return False
+    if torch.promote_types(own, dtype) != dtype:
         return False
     full = (q[0], q[1], q[2], k[2])
     return all(d in (1, f) for d, f in zip((1,) * (4 - len(shape)) + shape, full))
+
+
+def _exact_in(mask: torch.fx.Node, dtype: torch.dtype | None) -> bool:
+    """Whether every value of `mask` is exact in `dtype`: a mask of that dtype (or a narrower one), a conversion of
+    one, or a `where` choosing between numbers exact in it (a boolean mask made additive: 0 and -inf)."""
+    own = _dtype(mask)
+    if dtype is None or own is None:
+        return False
+    if torch.promote_types(own, dtype) == dtype:
+        return True
+    if mask.target is aten._to_copy.default:
+        source = _args(mask)[0]
+        return isinstance(source, torch.fx.Node) and _exact_in(source, dtype)
+    if mask.target in _WHERES:
+        return all(_exact_number(value, dtype) for value in _args(mask)[1:3])
+    return False
+
+
+def _exact_number(value: Any, dtype: torch.dtype) -> bool:
+    """A number (or a 0-d tensor made of one) that converts to `dtype` unchanged."""
+    if isinstance(value, torch.fx.Node):
+        if value.target in (aten.scalar_tensor.default, aten.full.default) and _shape(value) in ((), None):
+            value = _args(value)[-1]
+        else:
+            return _exact_in(value, dtype) if _shape(value) == () else False
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return value != value or float(torch.tensor(float(value), dtype=dtype).item()) == float(value)
 
 
 def _compatible(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...]) -> bool:

@@ -118,7 +118,10 @@ def _tiled(shape: KernelShape, elements: int, rblock_cap: int) -> BlockConfig:
 
 def _cuda(shape: KernelShape) -> BlockConfig:
     if shape.kind == "tiled":
-        return _tiled(shape, 4096, 1024)
+        # Short rows (a head's width) take 2048 elements a program: the rotary embedding's query kernel (4 x 32 x
+        # 2048 rows of 128, five operands) took 0.0408 ms at 16 x 128 against 0.0471 at 32 x 128, both 4 warps (H200
+        # sweep, docs/PERFORMANCE.md, eleventh round); long rows keep 4096 (gelu_bias: no config was better).
+        return _tiled(shape, 2048 if triton.next_power_of_2(max(shape.rnumel, 1)) <= 256 else 4096, 1024)
     if shape.kind == "outer_reduction":
         # 32 columns (64 contiguous bytes of bf16) by up to 256 rows, 8 warps, with the loop software-pipelined
         # (kernel.py): among the best of 36-72 configs per workload on an H200 (docs/PERFORMANCE.md): a sum over
