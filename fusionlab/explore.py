@@ -83,6 +83,7 @@ class Exploration:
         if captured is not None:
             vars(self)["captured"] = captured
         self._checked: set[tuple[Any, ...]] = set()
+        self._flat_output: bool | None = None  # whether the outputs are a flat tuple or list (found on first call)
         # A plain function of positional tensors (no module, no closure state): calls need no pytree flattening.
         self._plain_call = (not isinstance(fn, torch.nn.Module) and not kwargs
                             and all(isinstance(a, torch.Tensor) for a in args))
@@ -184,12 +185,22 @@ class Exploration:
             outputs = iter(self.run_flat(tensors))
         result = self.captured.result
         leaves = fill_template(result.output_template, outputs)
+        if self._flat_output is None:
+            spec = result.output_spec
+            children = ([spec.child(i) for i in range(spec.num_children)] if callable(getattr(spec, "child", None))
+                        else list(spec.children_specs))  # torch 2.13 / 2.11
+            self._flat_output = spec.type in (tuple, list) and all(c.is_leaf() for c in children)
+        if self._flat_output:  # a tuple or list of tensors: no tree to rebuild (host time, every call)
+            return leaves if result.output_spec.type is list else tuple(leaves)
         return pytree.tree_unflatten(leaves, result.output_spec)
 
     def _raw_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
         """The graph inputs as the caller holds them (parameters not detached), to see what requires grad."""
-        tensors = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
         state = self.captured.result.state
+        if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+            tensors = list(args)
+        else:
+            tensors = [leaf for leaf in pytree.tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
         if state is not None and (state.roots or state.places):
             named = state.named()
             tensors = [named[spec.name][0] for spec in self.captured.inputs if spec.kind != "input"] + tensors

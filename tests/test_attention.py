@@ -226,3 +226,36 @@ def test_a_float32_mask_keeps_half_precision_attention_in_float32() -> None:
     assert ex.decomposed.graph[attention.inputs[0]].type.dtype == torch.float32
     fresh = made()
     torch.testing.assert_close(ex(*fresh), fn(*fresh))
+
+
+def _all_true_mask(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # transformers under torch.compile: a padding mask it cannot inspect is built in full from positions (here
+    # every position >= 0: nothing masked) and passed to the math attention
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    positions = torch.arange(k.shape[-2], device=q.device)
+    keep = (positions[None, None, None, :] >= 0).expand(q.shape[0], 1, q.shape[-2], k.shape[-2])
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+def _some_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    positions = torch.arange(k.shape[-2], device=q.device)
+    keep = (positions[None, None, None, :] >= 2).expand(q.shape[0], 1, q.shape[-2], k.shape[-2])
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+@pytest.mark.parametrize("fn, expected", [(_all_true_mask, ATTENTION), (_some_masked, SAFE_MASKED)],
+                         ids=["masks nothing", "masks some keys"])
+def test_a_mask_built_from_sizes_alone_is_evaluated_at_capture(fn: Callable[..., Any], expected: str) -> None:
+    # a mask that masks nothing is dropped (the fused kernels without a mask are the fast ones); one that masks
+    # something is kept
+    gen = torch.Generator().manual_seed(0)
+    made = lambda: tuple(torch.randn(2, 4, 16, 8, generator=gen).to(torch.bfloat16) for _ in range(3))  # noqa: E731
+    ex = fl.explore(fn, *made())
+    assert expected in _externs(ex) and "aten.bmm.default" not in _externs(ex)
+    fresh = made()
+    _close_as_eager(ex(*fresh), fn, fresh)

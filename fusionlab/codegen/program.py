@@ -75,6 +75,11 @@ class ProgramWriter:
         # An extern's result that a kernel reads, dense as traced (a convolution's NCHW output): the wrapper makes
         # sure with .contiguous() (no copy when it is), so kernels index it as dense, with no division per element.
         read = {value for group in fused.groups if group.is_kernel for value in group.inputs}
+        wrapper_views = {name for group in fused.groups if not group.is_kernel and group.kind != "extern"
+                         for name in group.nodes}
+        for name in reversed([n.name for n in graph if n.name in wrapper_views]):  # read through views, too
+            if name in read and graph[name].inputs:
+                read.add(graph[name].inputs[0])
         self.dense_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
                               if name in read and not graph[name].param("outputs") and _traced_dense(graph[name].type)}
 
@@ -124,10 +129,12 @@ class ProgramWriter:
                 dense.update(group.outputs)
         return dense | self.dense_externs
 
-    def known_strides(self, dense: set[str]) -> dict[str, tuple[Dim, ...]]:
-        """The strides, as they will be at run time, of the wrapper's views of dense values (a slice of an input made
-        contiguous): each view's strides follow from its source's, sizes being what the program is built for."""
-        known: dict[str, tuple[Dim, ...]] = {v: contiguous_strides(self.graph[v].type.shape) for v in dense}
+    def known_layouts(self, dense: set[str]) -> dict[str, tuple[tuple[Dim, ...], Dim]]:
+        """Strides and storage offsets, as they will be at run time, of the dense values and of the wrapper's views
+        of them (a slice of an input made contiguous): a view's follow from its source's, sizes being what the
+        program is built for."""
+        known: dict[str, tuple[tuple[Dim, ...], Dim]] = {
+            v: (contiguous_strides(self.graph[v].type.shape), 0) for v in dense}
         for group in self.fused.groups:
             if group.is_kernel or group.kind == "extern":
                 continue
@@ -135,17 +142,20 @@ class ProgramWriter:
                 node = self.graph[name]
                 source = known.get(node.inputs[0]) if node.inputs else None
                 if source is not None:
-                    strides = view_strides(node, self.graph[node.inputs[0]].type.shape, source)
-                    if strides is not None:
-                        known[name] = strides
-        return {v: strides for v, strides in known.items() if v not in dense}
+                    layout = view_layout(node, self.graph[node.inputs[0]].type.shape, *source)
+                    if layout is not None:
+                        known[name] = layout
+        return known
 
-    def kernel(self, group: FusionGroup, index: int, dense: set[str],
-               strides: dict[str, tuple[Dim, ...]] | None = None) -> None:
+    def kernel(self, group: FusionGroup, index: int, dense: set[str]) -> None:
         name = self.namer.identifier(group.name)
+        # A view the wrapper would make only to pass its pointer: the kernel reads its dense base instead
+        aliases = {} if group.kind == "matmul" else self.dense_views
         if group.kind == "matmul":
             source = MatmulWriter(self.graph, group, name, dense).write()
         else:
+            dense = dense | set(aliases)
+            strides = {v: layout[0] for v, layout in self.layouts.items() if v not in dense}
             plan = plan_kernel(self.graph, group, dense, self.force_looped)
             source = KernelWriter(self.graph, group, name, dense, plan, strides).write()
         self.kernels.append(source)
@@ -159,9 +169,11 @@ class ProgramWriter:
         args: list[str] = []
         for argument in source.arguments:
             if argument.role in ("input", "output"):
-                args.append(self.var(argument.value))
+                args.append(self.var(aliases.get(argument.value, argument.value)))
             elif argument.role == "size":
                 args.append(render_dim(group.domain.shape[argument.dim]))  # type: ignore[union-attr]
+            elif argument.role == "stride" and argument.value in self.layouts:  # known: no .stride() call
+                args.append(render_dim(self.layouts[argument.value][0][argument.dim]))
             elif argument.role == "stride":
                 args.append(f"{self.var(argument.value)}.stride({argument.dim})")
             elif argument.role == "extent":  # a size read off a tensor at run time (a matmul's K)
@@ -210,8 +222,11 @@ class ProgramWriter:
         elif node.op == "slice":
             dim, start, step = int(node.param("dim")), node.param("start"), int(node.param("step"))
             length = node.type.shape[dim]
-            expr = (f"torch.ops.aten.slice.Tensor({source}, {dim}, {render_dim(start)}, "
-                    f"{render_dim(start + length * step)}, {step})")
+            if step == 1:  # a method call: a third of the host time of the aten op's
+                expr = f"{source}.narrow({dim}, {render_dim(start)}, {render_dim(length)})"
+            else:
+                expr = (f"torch.ops.aten.slice.Tensor({source}, {dim}, {render_dim(start)}, "
+                        f"{render_dim(start + length * step)}, {step})")
         elif node.op == "select":
             expr = f"{source}.select({int(node.param('dim'))}, {int(node.param('index'))})"
         else:
@@ -227,25 +242,30 @@ class ProgramWriter:
             header.append(f"    {binding.symbol} = {params[binding.input_index]}.shape[{binding.dim}]")
         first = params[0] if params else "None"
         header.append(f"    device = {first}.device")
-        strides = self.known_strides(dense)
+        self.layouts = self.known_layouts(dense)
+        self.dense_views = {v: self._view_source(v) for v, (strides, offset) in self.layouts.items()
+                            if v not in dense and offset == 0
+                            and tuple(strides) == tuple(contiguous_strides(self.graph[v].type.shape))}
         read = {value for g in self.fused.groups if g.is_kernel for value in g.inputs}
         # an input kernels read, directly or through a view whose strides they rely on, is made dense (no copy
         # when it is already)
-        relied = read | {self._view_source(v) for v in read if v in strides}
+        relied = read | {self._view_source(v) for v in read if v in self.layouts}
         for value, param in zip(self.graph.inputs, params):
             if value in dense and value in relied:
                 header.append(f"    {param} = {param}.contiguous()")
+        needed = self._needed_views()
         spans: list[tuple[str, int, int]] = []  # each group's lines, as indices into self.lines
         for index, group in enumerate(self.fused.groups):
             start = len(self.lines)
             if group.is_kernel:
-                self.kernel(group, index, dense, strides)
+                self.kernel(group, index, dense)
             elif group.kind == "extern":
                 for name in group.nodes:
                     self.extern(self.graph[name])
             else:
                 for name in group.nodes:
-                    self.view(self.graph[name])
+                    if name in needed:
+                        self.view(self.graph[name])
             spans.append((group.name, start, len(self.lines)))
         outputs = [self.var(v) for v in self.graph.outputs]
         body = header + self.lines + [f"    return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
@@ -254,6 +274,28 @@ class ProgramWriter:
         return Program("\n".join(body) + "\n", tuple(self.kernels), dict(self.constants), tuple(params), sections)
 
 
+    def _needed_views(self) -> set[str]:
+        """The wrapper's views something needs as a tensor: an output, an extern's operand, a matmul kernel's, a
+        view of one; a view that kernels alone read, dense at offset 0, is not made (they read its base)."""
+        readers: dict[str, set[str]] = {}
+        for group in self.fused.groups:
+            if group.is_kernel:
+                for value in group.inputs:
+                    readers.setdefault(value, set()).add("matmul" if group.kind == "matmul" else "kernel")
+            else:
+                for name in group.nodes:
+                    for value in self.graph[name].inputs:
+                        readers.setdefault(value, set()).add(name if group.kind != "extern" else "extern")
+        needed: set[str] = set()
+        views = [name for group in self.fused.groups if not group.is_kernel and group.kind != "extern"
+                 for name in group.nodes]
+        for name in reversed(views):  # a view's readers come after it
+            users = readers.get(name, set())
+            if (name in self.graph.outputs or users - {"kernel"} - set(views) or users & needed
+                    or ("kernel" in users and name not in self.dense_views)):
+                needed.add(name)
+        return needed
+
     def _view_source(self, value: str) -> str:
         """The value a chain of wrapper views starts from."""
         while self.graph[value].kind == "view" and self.graph[value].inputs:
@@ -261,23 +303,29 @@ class ProgramWriter:
         return value
 
 
-def view_strides(node: Node, source_shape: tuple[Dim, ...], source: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
-    """The strides of view `node` of a tensor with `source` strides, as PyTorch gives them; None where they depend on
-    more than the source's strides (a reshape of a non-dense tensor, one output of a multi-output op)."""
-    if node.op == "slice":
-        dim, step = int(node.param("dim")), int(node.param("step"))
-        return tuple(s * step if d == dim else s for d, s in enumerate(source))
-    if node.op == "select":
+def view_layout(node: Node, source_shape: tuple[Dim, ...], source: tuple[Dim, ...],
+                offset: Dim) -> tuple[tuple[Dim, ...], Dim] | None:
+    """The strides and storage offset of view `node` of a tensor with `source` strides at `offset`, as PyTorch gives
+    them; None where they depend on more than that (a reshape of a non-dense tensor, one output of a multi-output
+    op)."""
+    if node.op in ("slice", "select"):
         dim = int(node.param("dim"))
-        return tuple(s for d, s in enumerate(source) if d != dim)
+        first = node.param("start" if node.op == "slice" else "index")
+        if isinstance(first, int) and first < 0:
+            first += source_shape[dim]
+        offset = offset + first * source[dim]
+        if node.op == "select":
+            return tuple(s for d, s in enumerate(source) if d != dim), offset
+        step = int(node.param("step"))
+        return tuple(s * step if d == dim else s for d, s in enumerate(source)), offset
     if node.op == "permute":
-        return tuple(source[int(d)] for d in node.param("dims"))
+        return tuple(source[int(d)] for d in node.param("dims")), offset
     if node.op == "expand":
         shape, lead = node.type.shape, node.type.rank - len(source)
         return tuple(0 if d < lead or (source_shape[d - lead] == 1 and shape[d] != 1) else source[d - lead]
-                     for d in range(len(shape)))
+                     for d in range(len(shape))), offset
     if node.op == "reshape" and tuple(source) == tuple(contiguous_strides(source_shape)):
-        return contiguous_strides(node.type.shape)
+        return contiguous_strides(node.type.shape), offset
     return None
 
 

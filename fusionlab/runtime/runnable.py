@@ -50,7 +50,7 @@ class Runnable:
                              for k in program.kernels)
         self.compile_workers = compile_workers
         self._records: list[LaunchRecord] = []
-        self._prepared: set[str] = set()
+        self._prepared: set[torch.device] = set()
         namespace: dict[str, Any] = {"torch": torch, "empty": empty, "triton": triton, "launch": _launch,
                                      **program.namespace_constants, **{h.name: h for h in self.handles}}
         code = compile(program.wrapper, "<fusionlab program>", "exec")
@@ -75,10 +75,12 @@ class Runnable:
 
     def prepare(self, *tensors: torch.Tensor) -> None:
         """Before the first CUDA call on a device: a dry run lists the launches, then all kernels compile at once."""
-        device = next((t.device for t in tensors if isinstance(t, torch.Tensor)), None)
-        if device is None or device.type != "cuda" or str(device) in self._prepared:
+        first = tensors[0] if tensors else None
+        device = first.device if isinstance(first, torch.Tensor) else next(
+            (t.device for t in tensors if isinstance(t, torch.Tensor)), None)
+        if device is None or device.type != "cuda" or device in self._prepared:
             return
-        self._prepared.add(str(device))
+        self._prepared.add(device)
         if any(h.autotune for h in self.handles):
             return  # the autotuner compiles its candidates itself
         try:

@@ -26,5 +26,5 @@ def fusionlab_program(x, b):
     b = b.contiguous()
     # pointwise_0_add_mul_erf: reads b, x; writes mul_2
     mul_2 = empty((8, 32), torch.float32, device)
-    launch(pointwise_0_add_mul_erf, x, b, mul_2, b.stride(0), xnumel=8, rnumel=32)
+    launch(pointwise_0_add_mul_erf, x, b, mul_2, 1, xnumel=8, rnumel=32)
     return (mul_2,)

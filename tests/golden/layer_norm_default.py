@@ -31,5 +31,5 @@ def fusionlab_program(x, w, b):
     b = b.contiguous()
     # reduction_0_mean_sub_mul_add_rsqrt: reads x, w, b; writes add_1
     add_1 = empty((8, 32), torch.float32, device)
-    launch(reduction_0_mean_sub_mul_add_rsqrt, x, w, b, add_1, w.stride(0), b.stride(0), xnumel=8, rnumel=32)
+    launch(reduction_0_mean_sub_mul_add_rsqrt, x, w, b, add_1, 1, 1, xnumel=8, rnumel=32)
     return (add_1,)

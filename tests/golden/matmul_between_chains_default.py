@@ -45,5 +45,5 @@ def fusionlab_program(x, w, b):
     mm = mm.contiguous()  # dense as traced: no copy when it is
     # pointwise_2_add_mul_erf: reads b, mm; writes mul_3
     mul_3 = empty((8, 16), torch.float32, device)
-    launch(pointwise_2_add_mul_erf, mm, b, mul_3, b.stride(0), xnumel=8, rnumel=16)
+    launch(pointwise_2_add_mul_erf, mm, b, mul_3, 1, xnumel=8, rnumel=16)
     return (mul_3,)

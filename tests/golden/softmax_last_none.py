@@ -88,7 +88,7 @@ def fusionlab_program(x):
     expand = amax.expand((8, 32))  # view: no copy where PyTorch can avoid one
     # pointwise_2_sub: reads x, expand; writes sub
     sub = empty((8, 32), torch.float32, device)
-    launch(pointwise_2_sub, x, expand, sub, expand.stride(0), expand.stride(1), xnumel=8, rnumel=32)
+    launch(pointwise_2_sub, x, expand, sub, 1, 0, xnumel=8, rnumel=32)
     # pointwise_3_exp: reads sub; writes exp
     exp = empty((8, 32), torch.float32, device)
     launch(pointwise_3_exp, sub, exp, xnumel=256)
@@ -98,5 +98,5 @@ def fusionlab_program(x):
     expand_1 = sum_.expand((8, 32))  # view: no copy where PyTorch can avoid one
     # pointwise_6_div: reads exp, expand_1; writes div
     div = empty((8, 32), torch.float32, device)
-    launch(pointwise_6_div, exp, expand_1, div, expand_1.stride(0), expand_1.stride(1), xnumel=8, rnumel=32)
+    launch(pointwise_6_div, exp, expand_1, div, 1, 0, xnumel=8, rnumel=32)
     return (div,)

@@ -23,5 +23,5 @@ def fusionlab_program(x):
     x = x.contiguous()
     # reduction_0_sum: reads x; writes sum
     sum_ = empty((32,), torch.float32, device)
-    launch(reduction_0_sum, x, sum_, x.stride(0), x.stride(1), xnumel=32, rnumel=8)
+    launch(reduction_0_sum, x, sum_, 32, 1, xnumel=32, rnumel=8)
     return (sum_,)
