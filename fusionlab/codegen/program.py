@@ -176,7 +176,9 @@ class ProgramWriter:
                 args.append(render_dim(self.layouts[argument.value][0][argument.dim]))
             elif argument.role == "stride":
                 args.append(f"{self.var(argument.value)}.stride({argument.dim})")
-            elif argument.role == "extent":  # a size read off a tensor at run time (a matmul's K)
+            elif argument.role == "extent" and argument.value in aliases:  # a view not made: its size as built
+                args.append(render_dim(self.graph[argument.value].type.shape[argument.dim]))
+            elif argument.role == "extent":  # a size read off a tensor at run time (a matmul's K, a gather's table)
                 args.append(f"{self.var(argument.value)}.size({argument.dim})")
             elif argument.role == "scalar":
                 args.append(render_dim(argument.amount) if argument.amount is not None else str(int(argument.expr)))
