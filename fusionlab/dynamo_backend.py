@@ -30,6 +30,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import register_backend
 
 from fusionlab.capture import fill_template
+from fusionlab.capture.masks import drop_empty_masks
 from fusionlab.explore import Exploration, explore
 from fusionlab.runtime.cudagraphs import cudagraph_mode
 
@@ -207,6 +208,9 @@ def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *
     cudagraphs = _cudagraphs_option(mode, options or {})
     index = next(_numbers)
     ended_by = _graph_break()
+    # a mask built from sizes alone that masks nothing (transformers' under torch.compile) would send attention,
+    # forward and backward, to PyTorch's math path: dropped before AOTAutograd differentiates the graph
+    drop_empty_masks(graph_module)
 
     def compiler(role: str) -> Callable[..., Any]:
         return functools.partial(compile_graph, index=index, role=role, ended_by=ended_by, cudagraphs=cudagraphs)

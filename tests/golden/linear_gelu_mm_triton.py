@@ -53,5 +53,5 @@ def fusionlab_program(x, w, b):
     b = b.contiguous()
     # matmul_0_matmul_add_mul_erf: reads x, w, b; writes mul_2
     mul_2 = empty((33, 65), torch.float32, device)
-    launch(matmul_0_matmul_add_mul_erf, x, w, b, mul_2, x.stride(0), x.stride(1), w.stride(0), w.stride(1), b.stride(0), x.size(1), xnumel=33, rnumel=65)
+    launch(matmul_0_matmul_add_mul_erf, x, w, b, mul_2, 47, 1, 65, 1, 1, x.size(1), xnumel=33, rnumel=65)
     return (mul_2,)

@@ -1,0 +1,104 @@
+"""Attention masks that mask nothing, dropped from a Dynamo graph before it is differentiated.
+
+Under torch.compile, transformers cannot look at a padding mask's values, so it builds one in full from positions
+(`arange(n) >= 0`, expanded to [B, 1, T, S]: everything kept) and passes it to `scaled_dot_product_attention`. A mask
+makes PyTorch leave its fast fused kernels for the math attention, in the forward and in the backward. Such a mask
+depends on sizes alone: it is computed here, once, at the sizes the graph was traced for, and where it keeps every
+position (a boolean mask all True, an additive mask all zero) the call goes without it. Anything that reads an input,
+a parameter or a buffer, or an op outside a short list of deterministic ones, is left alone.
+
+    >>> dropped = drop_empty_masks(graph_module)       # the names of the attention calls that lost their mask
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+__all__ = ["drop_empty_masks"]
+
+_MAX_ELEMENTS = 1 << 24  # a mask is evaluated only if it is no larger
+
+_FUNCTIONS = {
+    torch.arange, torch.ones, torch.zeros, torch.full, torch.where, torch.tril, torch.triu, torch.ge, torch.gt,
+    torch.le, torch.lt, torch.eq, torch.ne, torch.logical_and, torch.logical_or, torch.logical_not, torch.add,
+    torch.sub, torch.mul, operator.getitem, operator.ge, operator.gt, operator.le, operator.lt, operator.eq,
+    operator.ne, operator.and_, operator.or_, operator.invert, operator.add, operator.sub, operator.mul,
+    operator.neg,
+}
+_METHODS = {
+    "expand", "unsqueeze", "view", "reshape", "to", "bool", "float", "half", "bfloat16", "int", "long",
+    "logical_not", "logical_and", "logical_or", "masked_fill", "eq", "ne", "ge", "gt", "le", "lt", "add", "sub",
+    "mul", "__getitem__", "contiguous", "clone", "tril", "triu",
+}
+
+
+class _NotConstant(Exception):
+    pass
+
+
+def drop_empty_masks(graph_module: torch.fx.GraphModule) -> list[str]:
+    """Remove, in place, the `attn_mask` of every `scaled_dot_product_attention` call whose mask depends on sizes
+    alone and keeps every position; returns the names of those calls."""
+    dropped = []
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or node.target is not F.scaled_dot_product_attention:
+            continue
+        positional = len(node.args) > 3
+        mask = node.args[3] if positional else node.kwargs.get("attn_mask")
+        if isinstance(mask, torch.fx.Node) and _keeps_everything(mask):
+            if positional:
+                node.update_arg(3, None)
+            else:
+                node.update_kwarg("attn_mask", None)
+            dropped.append(node.name)
+    if dropped:
+        graph_module.graph.eliminate_dead_code()
+        graph_module.recompile()
+    return dropped
+
+
+def _keeps_everything(mask: torch.fx.Node) -> bool:
+    try:
+        value = _evaluate(mask, {})
+    except _NotConstant:
+        return False
+    except Exception:  # noqa: BLE001 - an op that does not run on these values: the mask stays
+        return False
+    if not isinstance(value, torch.Tensor):
+        return False
+    return bool(value.all()) if value.dtype == torch.bool else bool((value == 0).all())
+
+
+def _evaluate(value: Any, memo: dict[torch.fx.Node, Any]) -> Any:
+    """A node's value computed from constants alone; raises _NotConstant where it reads anything else."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_evaluate(v, memo) for v in value)
+    if isinstance(value, slice):
+        return slice(_evaluate(value.start, memo), _evaluate(value.stop, memo), _evaluate(value.step, memo))
+    if isinstance(value, dict):
+        return {key: _evaluate(v, memo) for key, v in value.items()}
+    if not isinstance(value, torch.fx.Node):
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise _NotConstant
+        return value
+    if value in memo:
+        return memo[value]
+    example = value.meta.get("example_value")
+    if isinstance(example, torch.Tensor):
+        numel = example.numel()
+        if not isinstance(numel, int) or numel > _MAX_ELEMENTS:
+            raise _NotConstant
+    args, kwargs = _evaluate(value.args, memo), _evaluate(dict(value.kwargs), memo)
+    if value.op == "call_function" and value.target in _FUNCTIONS:
+        result = value.target(*args, **kwargs)
+    elif value.op == "call_method" and value.target in _METHODS and isinstance(args[0], torch.Tensor):
+        result = getattr(args[0], value.target)(*args[1:], **kwargs)
+    else:
+        raise _NotConstant
+    memo[value] = result
+    return result
