@@ -75,9 +75,9 @@ class ProgramWriter:
         # An extern's result that a kernel reads, dense as traced (a convolution's NCHW output): the wrapper makes
         # sure with .contiguous() (no copy when it is), so kernels index it as dense, with no division per element.
         read = {value for group in fused.groups if group.is_kernel for value in group.inputs}
-        wrapper_views = {name for group in fused.groups if not group.is_kernel and group.kind != "extern"
-                         for name in group.nodes}
-        for name in reversed([n.name for n in graph if n.name in wrapper_views]):  # read through views, too
+        self.wrapper_views = {name for group in fused.groups if not group.is_kernel and group.kind != "extern"
+                              for name in group.nodes}
+        for name in reversed([n.name for n in graph if n.name in self.wrapper_views]):  # read through views, too
             if name in read and graph[name].inputs:
                 read.add(graph[name].inputs[0])
         self.dense_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
@@ -301,8 +301,9 @@ class ProgramWriter:
         return needed
 
     def _view_source(self, value: str) -> str:
-        """The value a chain of wrapper views starts from."""
-        while self.graph[value].kind == "view" and self.graph[value].inputs:
+        """The value a chain of wrapper views starts from (a kernel's output that is itself a view node is where the
+        chain starts: it is made, whatever it is inside its kernel)."""
+        while value in self.wrapper_views and self.graph[value].inputs:
             value = self.graph[value].inputs[0]
         return value
 
