@@ -259,3 +259,17 @@ def test_a_mask_built_from_sizes_alone_is_evaluated_at_capture(fn: Callable[...,
     assert expected in _externs(ex) and "aten.bmm.default" not in _externs(ex)
     fresh = made()
     _close_as_eager(ex(*fresh), fn, fresh)
+
+
+def test_an_integer_bias_keeps_half_precision_attention_in_float32() -> None:
+    # 1001 is 1000 in bf16: an int64 bias made float32 is not exact in half precision, so the float32 copies stay
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        scores = q.float() @ k.float().transpose(-2, -1) * 0.3 + bias.float()
+        return (torch.softmax(scores, -1) @ v.float()).to(q.dtype)
+
+    q, k, v = (torch.randn(1, 2, 6, 8).to(torch.bfloat16) for _ in range(3))
+    bias = 1000 + torch.arange(6)[None, :].expand(6, 6).contiguous()
+    ex = fl.explore(fn, q, k, v, bias)
+    attention = next(n for n in ex.decomposed.graph.nodes if n.op == MASKED)
+    assert ex.decomposed.graph[attention.inputs[0]].type.dtype == torch.float32
+    torch.testing.assert_close(ex(q, k, v, bias), fn(q, k, v, bias))

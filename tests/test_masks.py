@@ -84,3 +84,53 @@ def test_a_training_step_through_the_backend_equals_eager(kind: str) -> None:
     torch.testing.assert_close(grads, [x.grad, module.qkv.weight.grad])
     torch._dynamo.reset()
     dynamo_backend.forget()
+
+
+def _written_after(kind: str) -> Any:
+    """Masks whose producers say "keeps everything" but that are written in place afterwards."""
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        if kind == "masked_fill_ from an input":  # the usual padding mask
+            mask: Any = torch.zeros(q.shape[0], 1, 1, k.shape[-2])
+            mask.masked_fill_(padding[:, None, None, :] == 0, float("-inf"))
+        elif kind == "item assignment":
+            mask = torch.zeros(q.shape[-2], k.shape[-2])
+            mask[:, : k.shape[-2] // 2] = float("-inf")
+        elif kind == "tril_":
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool)
+            mask.tril_()
+        else:  # through a view of it
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool)
+            mask[0].fill_(False)
+            mask[0, 0] = True
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return fn
+
+
+@pytest.mark.parametrize("kind", ["masked_fill_ from an input", "item assignment", "tril_", "a view's fill_"])
+def test_a_mask_written_in_place_after_it_is_built_is_kept(kind: str) -> None:
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 8, generator=gen) for _ in range(3))
+    padding = torch.ones(2, 6)
+    padding[:, 4:] = 0
+    fn = _written_after(kind)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="fusionlab")(q, k, v, padding), fn(q, k, v, padding))
+    torch._dynamo.reset()
+
+
+def test_dropping_a_mask_keeps_the_graphs_other_writes() -> None:
+    # the graph is not functional: an input written in place, or through out=, must still be written
+    def fn(q: torch.Tensor, counter: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+        keep = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool)  # keeps everything: dropped
+        counter.add_(1)
+        torch.mul(q[0, 0, 0], 2, out=buf)
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=keep)
+
+    q = torch.randn(1, 2, 4, 8)
+    counters, buffers = [torch.zeros(()), torch.zeros(())], [torch.zeros(8), torch.zeros(8)]
+    want = fn(q, counters[0], buffers[0])
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="fusionlab")(q, counters[1], buffers[1])
+    torch._dynamo.reset()
+    torch.testing.assert_close(got, want)
+    assert counters[1].item() == 1.0 and torch.equal(buffers[0], buffers[1])

@@ -37,41 +37,72 @@ _METHODS = {
 }
 
 
+_OPERATORS_IN_PLACE = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                       operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift,
+                       operator.irshift, operator.imatmul}
+
+
 class _NotConstant(Exception):
     pass
 
 
 def drop_empty_masks(graph_module: torch.fx.GraphModule) -> list[str]:
     """Remove, in place, the `attn_mask` of every `scaled_dot_product_attention` call whose mask depends on sizes
-    alone and keeps every position; returns the names of those calls."""
+    alone and keeps every position; returns the names of those calls. The mask's own nodes stay (a Dynamo graph is
+    not functional: nothing else is removed with them)."""
     dropped = []
     for node in graph_module.graph.nodes:
         if node.op != "call_function" or node.target is not F.scaled_dot_product_attention:
             continue
         positional = len(node.args) > 3
         mask = node.args[3] if positional else node.kwargs.get("attn_mask")
-        if isinstance(mask, torch.fx.Node) and _keeps_everything(mask):
+        if isinstance(mask, torch.fx.Node) and _keeps_everything(mask, node):
             if positional:
                 node.update_arg(3, None)
             else:
                 node.update_kwarg("attn_mask", None)
             dropped.append(node.name)
     if dropped:
-        graph_module.graph.eliminate_dead_code()
         graph_module.recompile()
     return dropped
 
 
-def _keeps_everything(mask: torch.fx.Node) -> bool:
+def _keeps_everything(mask: torch.fx.Node, attention: torch.fx.Node) -> bool:
+    memo: dict[torch.fx.Node, Any] = {}
     try:
-        value = _evaluate(mask, {})
+        value = _evaluate(mask, memo)
     except _NotConstant:
         return False
     except Exception:  # noqa: BLE001 - an op that does not run on these values: the mask stays
         return False
+    if _written_in_place(set(memo), attention):
+        return False  # `mask[...] = -inf`, `mask.masked_fill_(...)`: its producers alone do not say its value
     if not isinstance(value, torch.Tensor):
         return False
     return bool(value.all()) if value.dtype == torch.bool else bool((value == 0).all())
+
+
+def _written_in_place(cone: set[torch.fx.Node], attention: torch.fx.Node) -> bool:
+    """Whether anything that reads the mask's nodes, or what they flow into (views of them included), other than
+    the attention call, is written in place: an in-place method, `out=`, `inplace=True`, or an item assignment."""
+    seen, todo = set(cone), list(cone)
+    while todo:
+        node = todo.pop()
+        for user in node.users:
+            if user is attention or user in seen:
+                continue
+            if _mutates(user):
+                return True
+            seen.add(user)
+            todo.append(user)
+    return any(_mutates(node) for node in cone)
+
+
+def _mutates(node: torch.fx.Node) -> bool:
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    in_place = name.endswith("_") and not name.endswith("__")
+    return (node.target is operator.setitem or node.target in _OPERATORS_IN_PLACE or in_place
+            or "out" in node.kwargs or node.kwargs.get("inplace") is True)
 
 
 def _evaluate(value: Any, memo: dict[torch.fx.Node, Any]) -> Any:

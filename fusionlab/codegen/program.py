@@ -77,9 +77,12 @@ class ProgramWriter:
         read = {value for group in fused.groups if group.is_kernel for value in group.inputs}
         self.wrapper_views = {name for group in fused.groups if not group.is_kernel and group.kind != "extern"
                               for name in group.nodes}
+        through_views: set[str] = set()
         for name in reversed([n.name for n in graph if n.name in self.wrapper_views]):  # read through views, too
-            if name in read and graph[name].inputs:
-                read.add(graph[name].inputs[0])
+            if (name in read or name in through_views) and graph[name].inputs:
+                through_views.add(graph[name].inputs[0])
+        # (a result the caller also gets keeps its own layout unless a kernel reads it directly)
+        read |= through_views - set(graph.outputs)
         self.dense_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
                               if name in read and not graph[name].param("outputs") and _traced_dense(graph[name].type)}
 
@@ -130,9 +133,9 @@ class ProgramWriter:
         return dense | self.dense_externs
 
     def known_layouts(self, dense: set[str]) -> dict[str, tuple[tuple[Dim, ...], Dim]]:
-        """Strides and storage offsets, as they will be at run time, of the dense values and of the wrapper's views
-        of them (a slice of an input made contiguous): a view's follow from its source's, sizes being what the
-        program is built for."""
+        """Strides and storage offsets, as they will be at run time, of the values in `dense` (dense at run time) and
+        of the wrapper's views of them (a slice of an input made contiguous): a view's follow from its source's,
+        sizes being what the program is built for."""
         known: dict[str, tuple[tuple[Dim, ...], Dim]] = {
             v: (contiguous_strides(self.graph[v].type.shape), 0) for v in dense}
         for group in self.fused.groups:
@@ -246,16 +249,17 @@ class ProgramWriter:
             header.append(f"    {binding.symbol} = {params[binding.input_index]}.shape[{binding.dim}]")
         first = params[0] if params else "None"
         header.append(f"    device = {first}.device")
-        self.layouts = self.known_layouts(dense)
+        read = {value for g in self.fused.groups if g.is_kernel for value in g.inputs}
+        # Dense at run time: kernel outputs, extern results made dense, and the inputs kernels read (made dense
+        # below); an input only viewed is left as the caller passed it (a copy of all of it to read a slice, and a
+        # returned view of the caller's tensor no longer one, otherwise)
+        inputs = set(self.graph.inputs)
+        self.layouts = self.known_layouts({v for v in dense if v not in inputs or v in read})
         self.dense_views = {v: self._view_source(v) for v, (strides, offset) in self.layouts.items()
                             if v not in dense and offset == 0
                             and tuple(strides) == tuple(contiguous_strides(self.graph[v].type.shape))}
-        read = {value for g in self.fused.groups if g.is_kernel for value in g.inputs}
-        # an input kernels read, directly or through a view whose strides they rely on, is made dense (no copy
-        # when it is already)
-        relied = read | {self._view_source(v) for v in read if v in self.layouts}
         for value, param in zip(self.graph.inputs, params):
-            if value in dense and value in relied:
+            if value in dense and value in read:  # no copy when it is dense already
                 header.append(f"    {param} = {param}.contiguous()")
         needed = self._needed_views()
         spans: list[tuple[str, int, int]] = []  # each group's lines, as indices into self.lines
@@ -276,7 +280,6 @@ class ProgramWriter:
         sections = tuple(WrapperSection(group, len(header) + start + 1, len(header) + end)
                          for group, start, end in spans)
         return Program("\n".join(body) + "\n", tuple(self.kernels), dict(self.constants), tuple(params), sections)
-
 
     def _needed_views(self) -> set[str]:
         """The wrapper's views something needs as a tensor: an output, an extern's operand, a matmul kernel's, a

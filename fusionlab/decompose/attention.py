@@ -279,18 +279,29 @@ def _mask_fits(mask: torch.fx.Node, q: tuple[int, ...], k: tuple[int, ...], dtyp
 
 
 def _exact_in(mask: torch.fx.Node, dtype: torch.dtype | None) -> bool:
-    """Whether every value of `mask` is exact in `dtype`: a mask of that dtype (or a narrower one), a conversion of
-    one, or a `where` choosing between numbers exact in it (a boolean mask made additive: 0 and -inf)."""
+    """Whether every value of `mask` is exact in `dtype`: a mask of a dtype whose every value is (`_exact_dtype`), a
+    conversion of one, or a `where` choosing between numbers exact in it (a boolean mask made additive: 0, -inf)."""
     own = _dtype(mask)
     if dtype is None or own is None:
         return False
-    if torch.promote_types(own, dtype) == dtype:
+    if _exact_dtype(own, dtype):
         return True
     if mask.target is aten._to_copy.default:
         source = _args(mask)[0]
         return isinstance(source, torch.fx.Node) and _exact_in(source, dtype)
     if mask.target in _WHERES:
         return all(_exact_number(value, dtype) for value in _args(mask)[1:3])
+    return False
+
+
+def _exact_dtype(own: torch.dtype, dtype: torch.dtype) -> bool:
+    """Whether every value of dtype `own` converts to `dtype` unchanged: the same dtype, bool and 8-bit integers
+    (|x| <= 255: exact in every float dtype, bf16's 8-bit significand included), or a narrower float of the same
+    kind (half precision in float32 or float64). Not wider integers: 1001 is 1000 in bf16."""
+    if own == dtype or own in (torch.bool, torch.int8, torch.uint8):
+        return True
+    if own.is_floating_point and dtype.is_floating_point:
+        return dtype in (torch.float32, torch.float64) and torch.finfo(own).bits < torch.finfo(dtype).bits
     return False
 
 
