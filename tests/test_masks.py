@@ -86,6 +86,16 @@ def test_a_training_step_through_the_backend_equals_eager(kind: str) -> None:
     dynamo_backend.forget()
 
 
+@torch.library.custom_op("fusionlab_test::block_first_row", mutates_args=("mask",))
+def _block_first_row(mask: torch.Tensor) -> None:
+    mask[0, 1:] = float("-inf")
+
+
+def _write_first_row(mask: torch.Tensor) -> torch.Tensor:
+    mask[0, 1:] = float("-inf")
+    return mask[1:].sum()
+
+
 def _written_after(kind: str) -> Any:
     """Masks whose producers say "keeps everything" but that are written in place afterwards."""
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
@@ -98,15 +108,32 @@ def _written_after(kind: str) -> Any:
         elif kind == "tril_":
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool)
             mask.tril_()
-        else:  # through a view of it
+        elif kind == "a view's fill_":
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool)
             mask[0].fill_(False)
             mask[0, 0] = True
+        elif kind == "aten overload":  # named "fill_.Scalar": its schema says it writes
+            mask = torch.zeros(q.shape[-2], k.shape[-2])
+            torch.ops.aten.fill_.Scalar(mask[0, 1:], float("-inf"))
+        elif kind == "aten copy_":
+            mask = torch.zeros(q.shape[-2], k.shape[-2])
+            torch.ops.aten.copy_.default(mask, torch.triu(torch.full(mask.shape, float("-inf")), 1))
+        elif kind == "__iand__":
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool)
+            mask.__iand__(torch.ones_like(mask).tril())
+        elif kind == "custom op":  # mutates_args=
+            mask = torch.zeros(q.shape[-2], k.shape[-2])
+            _block_first_row(mask)
+        else:  # written inside a higher-order op's body
+            mask = torch.zeros(q.shape[-2], k.shape[-2])
+            kept = torch.utils.checkpoint.checkpoint(_write_first_row, mask, use_reentrant=False)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask) + kept * 0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return fn
 
 
-@pytest.mark.parametrize("kind", ["masked_fill_ from an input", "item assignment", "tril_", "a view's fill_"])
+@pytest.mark.parametrize("kind", ["masked_fill_ from an input", "item assignment", "tril_", "a view's fill_",
+                                  "aten overload", "aten copy_", "__iand__", "custom op", "checkpointed body"])
 def test_a_mask_written_in_place_after_it_is_built_is_kept(kind: str) -> None:
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 6, 8, generator=gen) for _ in range(3))
@@ -134,3 +161,30 @@ def test_dropping_a_mask_keeps_the_graphs_other_writes() -> None:
     torch._dynamo.reset()
     torch.testing.assert_close(got, want)
     assert counters[1].item() == 1.0 and torch.equal(buffers[0], buffers[1])
+
+
+def test_writes_elsewhere_in_the_graph_do_not_keep_a_mask() -> None:
+    # the mask's positions also feed other values written in place, and two layers share the mask with an in-place
+    # residual after each: nothing writes the mask itself, so it is dropped from both calls
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[-2])
+        keep = positions[None, :] >= 0
+        scaled = x * positions[:, None].float()
+        scaled.mul_(0.5)
+        a = F.scaled_dot_product_attention(x, x, scaled, attn_mask=keep)
+        a += x
+        b = F.scaled_dot_product_attention(a, a, a, attn_mask=keep)
+        b += a
+        return b
+
+    graph_module = _dynamo_graph(_AsModule(fn), torch.randn(1, 2, 5, 8))
+    assert len(drop_empty_masks(graph_module)) == 2
+
+
+class _AsModule(torch.nn.Module):
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        return self.fn(*inputs)

@@ -42,6 +42,19 @@ _OPERATORS_IN_PLACE = {operator.iadd, operator.isub, operator.imul, operator.itr
                        operator.irshift, operator.imatmul}
 
 
+_ALIASING_FUNCTIONS = {
+    operator.getitem, getattr, torch.reshape, torch.permute, torch.transpose, torch.t, torch.unsqueeze, torch.squeeze,
+    torch.select, torch.narrow, torch.as_strided, torch.detach, torch.flatten, torch.movedim, torch.split,
+    torch.chunk, torch.unbind, torch.diagonal, torch.swapaxes, torch.broadcast_to,
+}
+_ALIASING_METHODS = {
+    "view", "view_as", "reshape", "reshape_as", "expand", "expand_as", "permute", "transpose", "t", "unsqueeze",
+    "squeeze", "select", "narrow", "as_strided", "detach", "contiguous", "to", "float", "half", "bfloat16", "bool",
+    "int", "long", "type", "type_as", "flatten", "unflatten", "unfold", "diagonal", "movedim", "swapaxes",
+    "__getitem__", "split", "chunk", "unbind", "broadcast_to",
+}
+
+
 class _NotConstant(Exception):
     pass
 
@@ -83,8 +96,9 @@ def _keeps_everything(mask: torch.fx.Node, attention: torch.fx.Node) -> bool:
 
 
 def _written_in_place(cone: set[torch.fx.Node], attention: torch.fx.Node) -> bool:
-    """Whether anything that reads the mask's nodes, or what they flow into (views of them included), other than
-    the attention call, is written in place: an in-place method, `out=`, `inplace=True`, or an item assignment."""
+    """Whether the mask's nodes, or a view of one, are written in place by any node other than the attention call:
+    an in-place method or op (by name or by its schema), `out=`, `inplace=True`, an item assignment, or anything
+    that is not known not to write (a module call, a higher-order op such as a checkpointed body)."""
     seen, todo = set(cone), list(cone)
     while todo:
         node = todo.pop()
@@ -93,16 +107,39 @@ def _written_in_place(cone: set[torch.fx.Node], attention: torch.fx.Node) -> boo
                 continue
             if _mutates(user):
                 return True
-            seen.add(user)
-            todo.append(user)
-    return any(_mutates(node) for node in cone)
+            if _aliases(user):  # a view of the mask: what writes it writes the mask
+                seen.add(user)
+                todo.append(user)
+    return False
+
+
+def _name(node: torch.fx.Node) -> str:
+    return node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+
+
+def _aliases(node: torch.fx.Node) -> bool:
+    return (node.target in _ALIASING_FUNCTIONS if node.op == "call_function"
+            else node.op == "call_method" and node.target in _ALIASING_METHODS)
 
 
 def _mutates(node: torch.fx.Node) -> bool:
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    in_place = name.endswith("_") and not name.endswith("__")
-    return (node.target is operator.setitem or node.target in _OPERATORS_IN_PLACE or in_place
-            or "out" in node.kwargs or node.kwargs.get("inplace") is True)
+    target, name = node.target, _name(node)
+    if node.op == "call_module" or isinstance(target, torch._ops.HigherOrderOperator):
+        return True  # not known not to write its arguments
+    if target is operator.setitem or target in _OPERATORS_IN_PLACE or "out" in node.kwargs:
+        return True
+    if node.kwargs.get("inplace") is True:
+        return True
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        schemas = [getattr(target, overload)._schema for overload in target.overloads()]
+    elif isinstance(target, torch._ops.OpOverload):
+        schemas = [target._schema]
+    else:
+        schemas = []
+    if any(a.alias_info is not None and a.alias_info.is_write for schema in schemas for a in schema.arguments):
+        return True  # aten's and custom ops' in-place overloads (`fill_.Scalar`, `mutates_args=`)
+    base = name.split(".")[0]
+    return (base.endswith("_") and not base.endswith("__")) or (base.startswith("__i") and base.endswith("__"))
 
 
 def _evaluate(value: Any, memo: dict[torch.fx.Node, Any]) -> Any:
