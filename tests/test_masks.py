@@ -124,6 +124,12 @@ def _written_after(kind: str) -> Any:
         elif kind == "custom op":  # mutates_args=
             mask = torch.zeros(q.shape[-2], k.shape[-2])
             _block_first_row(mask)
+        elif kind == "an aten view's fill_":  # a view made by an op whose schema returns an alias
+            mask = torch.zeros(q.shape[-2], k.shape[-2])
+            torch.ops.aten.slice.Tensor(mask, 1, 0, 1).fill_(float("-inf"))  # the first key masked
+        elif kind == "Tensor.view as a function":
+            mask = torch.zeros(q.shape[-2], k.shape[-2])
+            torch.Tensor.view(mask, -1)[1:3].fill_(float("-inf"))
         else:  # written inside a higher-order op's body
             mask = torch.zeros(q.shape[-2], k.shape[-2])
             kept = torch.utils.checkpoint.checkpoint(_write_first_row, mask, use_reentrant=False)
@@ -133,7 +139,8 @@ def _written_after(kind: str) -> Any:
 
 
 @pytest.mark.parametrize("kind", ["masked_fill_ from an input", "item assignment", "tril_", "a view's fill_",
-                                  "aten overload", "aten copy_", "__iand__", "custom op", "checkpointed body"])
+                                  "aten overload", "aten copy_", "__iand__", "custom op", "checkpointed body",
+                                  "an aten view's fill_", "Tensor.view as a function"])
 def test_a_mask_written_in_place_after_it_is_built_is_kept(kind: str) -> None:
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 6, 8, generator=gen) for _ in range(3))

@@ -118,8 +118,23 @@ def _name(node: torch.fx.Node) -> str:
 
 
 def _aliases(node: torch.fx.Node) -> bool:
-    return (node.target in _ALIASING_FUNCTIONS if node.op == "call_function"
-            else node.op == "call_method" and node.target in _ALIASING_METHODS)
+    """Whether `node` may return a view of an argument: a view method or function (`torch.Tensor.view` too), or an
+    op whose schema returns an alias (`aten.slice.Tensor`)."""
+    if node.op == "call_method":
+        return node.target in _ALIASING_METHODS
+    if node.op != "call_function":
+        return False
+    if node.target in _ALIASING_FUNCTIONS or _name(node).split(".")[0] in _ALIASING_METHODS:
+        return True
+    return any(r.alias_info is not None for schema in _schemas(node.target) for r in schema.returns)
+
+
+def _schemas(target: Any) -> list[Any]:
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return [getattr(target, overload)._schema for overload in target.overloads()]
+    if isinstance(target, torch._ops.OpOverload):
+        return [target._schema]
+    return []
 
 
 def _mutates(node: torch.fx.Node) -> bool:
@@ -130,13 +145,7 @@ def _mutates(node: torch.fx.Node) -> bool:
         return True
     if node.kwargs.get("inplace") is True:
         return True
-    if isinstance(target, torch._ops.OpOverloadPacket):
-        schemas = [getattr(target, overload)._schema for overload in target.overloads()]
-    elif isinstance(target, torch._ops.OpOverload):
-        schemas = [target._schema]
-    else:
-        schemas = []
-    if any(a.alias_info is not None and a.alias_info.is_write for schema in schemas for a in schema.arguments):
+    if any(a.alias_info is not None and a.alias_info.is_write for schema in _schemas(target) for a in schema.arguments):
         return True  # aten's and custom ops' in-place overloads (`fill_.Scalar`, `mutates_args=`)
     base = name.split(".")[0]
     return (base.endswith("_") and not base.endswith("__")) or (base.startswith("__i") and base.endswith("__"))
