@@ -83,7 +83,6 @@ class Exploration:
         if captured is not None:
             vars(self)["captured"] = captured
         self._checked: set[tuple[Any, ...]] = set()
-        self._flat_output: bool | None = None  # whether the outputs are a flat tuple or list (found on first call)
         # A plain function of positional tensors (no module, no closure state): calls need no pytree flattening.
         self._plain_call = (not isinstance(fn, torch.nn.Module) and not kwargs
                             and all(isinstance(a, torch.Tensor) for a in args))
@@ -147,6 +146,14 @@ class Exploration:
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
         return CudaGraphs(self.compiled, static=static, clone_outputs=self.cudagraphs != "overwrite", name=name)
 
+    @functools.cached_property
+    def _flat_output(self) -> bool:
+        """Whether the function returns a flat tuple or list of leaves."""
+        spec = self.captured.result.output_spec
+        children = ([spec.child(i) for i in range(spec.num_children)] if callable(getattr(spec, "child", None))
+                    else list(spec.children_specs))  # torch 2.13 / 2.11
+        return spec.type in (tuple, list) and all(c.is_leaf() for c in children)
+
     # -- running --------------------------------------------------------------------------------
     def flat_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
         state = self.captured.result.state
@@ -185,11 +192,6 @@ class Exploration:
             outputs = iter(self.run_flat(tensors))
         result = self.captured.result
         leaves = fill_template(result.output_template, outputs)
-        if self._flat_output is None:
-            spec = result.output_spec
-            children = ([spec.child(i) for i in range(spec.num_children)] if callable(getattr(spec, "child", None))
-                        else list(spec.children_specs))  # torch 2.13 / 2.11
-            self._flat_output = spec.type in (tuple, list) and all(c.is_leaf() for c in children)
         if self._flat_output:  # a tuple or list of tensors: no tree to rebuild (host time, every call)
             return leaves if result.output_spec.type is list else tuple(leaves)
         return pytree.tree_unflatten(leaves, result.output_spec)

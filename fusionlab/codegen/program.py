@@ -74,15 +74,16 @@ class ProgramWriter:
         self.kernels: list[KernelSource] = []
         # An extern's result that a kernel reads, dense as traced (a convolution's NCHW output): the wrapper makes
         # sure with .contiguous() (no copy when it is), so kernels index it as dense, with no division per element.
-        read = {value for group in fused.groups if group.is_kernel for value in group.inputs}
-        self.wrapper_views = {name for group in fused.groups if not group.is_kernel and group.kind != "extern"
-                              for name in group.nodes}
+        # the values kernels read, and the wrapper's views in program order
+        self.kernel_reads = {value for group in fused.groups if group.is_kernel for value in group.inputs}
+        self.wrapper_views = dict.fromkeys(name for group in fused.groups
+                                           if not group.is_kernel and group.kind != "extern" for name in group.nodes)
         through_views: set[str] = set()
-        for name in reversed([n.name for n in graph if n.name in self.wrapper_views]):  # read through views, too
-            if (name in read or name in through_views) and graph[name].inputs:
+        for name in reversed(self.wrapper_views):  # read through views, too
+            if (name in self.kernel_reads or name in through_views) and graph[name].inputs:
                 through_views.add(graph[name].inputs[0])
         # (a result the caller also gets keeps its own layout unless a kernel reads it directly)
-        read |= through_views - set(graph.outputs)
+        read = self.kernel_reads | (through_views - set(graph.outputs))
         self.dense_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
                               if name in read and not graph[name].param("outputs") and _traced_dense(graph[name].type)}
 
@@ -138,16 +139,13 @@ class ProgramWriter:
         sizes being what the program is built for."""
         known: dict[str, tuple[tuple[Dim, ...], Dim]] = {
             v: (contiguous_strides(self.graph[v].type.shape), 0) for v in dense}
-        for group in self.fused.groups:
-            if group.is_kernel or group.kind == "extern":
-                continue
-            for name in group.nodes:
-                node = self.graph[name]
-                source = known.get(node.inputs[0]) if node.inputs else None
-                if source is not None:
-                    layout = view_layout(node, self.graph[node.inputs[0]].type.shape, *source)
-                    if layout is not None:
-                        known[name] = layout
+        for name in self.wrapper_views:
+            node = self.graph[name]
+            source = known.get(node.inputs[0]) if node.inputs else None
+            if source is not None:
+                layout = view_layout(node, self.graph[node.inputs[0]].type.shape, *source)
+                if layout is not None:
+                    known[name] = layout
         return known
 
     def kernel(self, group: FusionGroup, index: int, dense: set[str]) -> None:
@@ -158,9 +156,8 @@ class ProgramWriter:
             source = MatmulWriter(self.graph, group, name, dense).write()
         else:
             dense = dense | set(aliases)
-            strides = {v: layout[0] for v, layout in self.layouts.items() if v not in dense}
             plan = plan_kernel(self.graph, group, dense, self.force_looped)
-            source = KernelWriter(self.graph, group, name, dense, plan, strides).write()
+            source = KernelWriter(self.graph, group, name, dense, plan, self.view_strides).write()
         self.kernels.append(source)
         where = f" (in {comment(group.module)})" if group.module else ""
         self.lines.append(f"    # {comment(group.name)}{where}: reads {comment(', '.join(group.inputs))}; "
@@ -249,7 +246,7 @@ class ProgramWriter:
             header.append(f"    {binding.symbol} = {params[binding.input_index]}.shape[{binding.dim}]")
         first = params[0] if params else "None"
         header.append(f"    device = {first}.device")
-        read = {value for g in self.fused.groups if g.is_kernel for value in g.inputs}
+        read = self.kernel_reads
         # Dense at run time: kernel outputs, extern results made dense, and the inputs kernels read (made dense
         # below); an input only viewed is left as the caller passed it (a copy of all of it to read a slice, and a
         # returned view of the caller's tensor no longer one, otherwise)
@@ -258,6 +255,9 @@ class ProgramWriter:
         self.dense_views = {v: self._view_source(v) for v, (strides, offset) in self.layouts.items()
                             if v not in dense and offset == 0
                             and tuple(strides) == tuple(contiguous_strides(self.graph[v].type.shape))}
+        # the strides of the other views kernels may read (codegen/indexing.py: rows by the flat index)
+        self.view_strides = {v: strides for v, (strides, _) in self.layouts.items()
+                             if v not in dense and v not in self.dense_views}
         for value, param in zip(self.graph.inputs, params):
             if value in dense and value in read:  # no copy when it is dense already
                 header.append(f"    {param} = {param}.contiguous()")
@@ -294,11 +294,9 @@ class ProgramWriter:
                     for value in self.graph[name].inputs:
                         readers.setdefault(value, set()).add(name if group.kind != "extern" else "extern")
         needed: set[str] = set()
-        views = [name for group in self.fused.groups if not group.is_kernel and group.kind != "extern"
-                 for name in group.nodes]
-        for name in reversed(views):  # a view's readers come after it
+        for name in reversed(self.wrapper_views):  # a view's readers come after it
             users = readers.get(name, set())
-            if (name in self.graph.outputs or users - {"kernel"} - set(views) or users & needed
+            if (name in self.graph.outputs or users - {"kernel"} - self.wrapper_views.keys() or users & needed
                     or ("kernel" in users and name not in self.dense_views)):
                 needed.add(name)
         return needed

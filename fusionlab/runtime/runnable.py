@@ -75,9 +75,7 @@ class Runnable:
 
     def prepare(self, *tensors: torch.Tensor) -> None:
         """Before the first CUDA call on a device: a dry run lists the launches, then all kernels compile at once."""
-        first = tensors[0] if tensors else None
-        device = first.device if isinstance(first, torch.Tensor) else next(
-            (t.device for t in tensors if isinstance(t, torch.Tensor)), None)
+        device = next((t.device for t in tensors if isinstance(t, torch.Tensor)), None)
         if device is None or device.type != "cuda" or device in self._prepared:
             return
         self._prepared.add(device)
