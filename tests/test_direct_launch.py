@@ -83,3 +83,62 @@ def test_empty_hook_chains_are_not_hooks(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not hooks_active()  # Triton's own default: an empty chain (3.6, 3.9) or None
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", print)
     assert hooks_active()
+
+
+def checked(ex: fl.Exploration) -> dict[str, list[tuple[str, str]]]:
+    """Per kernel, the (role, value) of each launch argument the program checks on every call."""
+    program = ex.generated.program
+    return {k.name: [(k.arguments[i].role, k.arguments[i].value) for i in program.launch_checks[k.name]]
+            for k in program.kernels}
+
+
+def test_the_program_checks_inputs_and_not_its_own_buffers() -> None:
+    x, bias = torch.randn(64, 256), torch.randn(256)
+    ex = fl.explore(scaled_softmax, x, bias)
+    (roles,) = checked(ex).values()
+    # both inputs; the output (allocated by the program) and the sizes (written as numbers): never
+    assert sorted(roles) == sorted(("input", value) for value in ex.decomposed.graph.inputs)
+
+
+def test_a_kernel_reading_an_extern_result_checks_nothing() -> None:
+    def mm_gelu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(a @ b)
+
+    ex = fl.explore(mm_gelu, torch.randn(32, 48), torch.randn(48, 64))
+    kernels = checked(ex)
+    assert kernels and all(roles == [] for roles in kernels.values())  # a fresh mm result, its output, numbers
+    a, b = torch.randn(32, 48), torch.randn(48, 64)
+    torch.testing.assert_close(ex(a, b), mm_gelu(a, b))
+
+
+def test_strides_read_at_run_time_are_checked() -> None:
+    def softmax_across(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x.transpose(1, 2) * 2, -1)
+
+    ex = fl.explore(softmax_across, torch.randn(3, 4, 6), dynamic=True)
+    (roles,) = checked(ex).values()
+    assert roles == [("input", "permute")] + [("stride", "permute")] * 3  # the caller's layout, every call
+    x = torch.randn(5, 4, 6)
+    torch.testing.assert_close(ex(x), softmax_across(x))
+
+
+def test_a_program_refuses_inputs_of_other_dtypes() -> None:
+    x, bias = torch.randn(64, 256), torch.randn(256)
+    ex = fl.explore(scaled_softmax, x, bias)
+    with pytest.raises(TypeError, match=r"input 0: torch.float64 \(generated for torch.float32\)"):
+        ex.compiled(*[t.double() if t.shape == x.shape else t for t in ex.flat_inputs((x, bias), {})])
+
+
+@pytest.mark.gpu
+def test_a_kernel_with_nothing_to_check_keys_on_nothing_and_stays_right() -> None:
+    needs_cuda()
+
+    def mm_gelu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(a @ b)
+
+    a, b = torch.randn(32, 48, device="cuda"), torch.randn(48, 64, device="cuda")
+    ex = fl.explore(mm_gelu, a, b)
+    for _ in range(3):
+        fresh = (torch.randn_like(a), torch.randn_like(b))
+        torch.testing.assert_close(ex(*fresh), mm_gelu(*fresh))
+    assert [list(launch.launchers) for launch in launches_of(ex)] == [[()]]

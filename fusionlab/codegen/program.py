@@ -5,7 +5,7 @@ comments); extern ops and non-literal constants are passed in the program's name
 
     def fusionlab_program(x, b):
         # pointwise_0_add_mul_erf: reads x, b; writes mul_2
-        mul_2 = empty((8, 16), torch.float32, device)
+        mul_2 = empty((8, 16), dtype=torch.float32, device=device)
         launch(pointwise_0_add_mul_erf, x, b, mul_2, 16, xnumel=128)
         return (mul_2,)
 """
@@ -13,7 +13,7 @@ comments); extern ops and non-literal constants are passed in the program's name
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import sympy
@@ -21,7 +21,7 @@ import torch
 from torch.utils._sympy.printers import PythonPrinter
 
 from fusionlab.capture import CaptureResult
-from fusionlab.codegen.kernel import KernelSource, KernelWriter
+from fusionlab.codegen.kernel import KernelArgument, KernelSource, KernelWriter
 from fusionlab.codegen.kinds import TILE_KINDS
 from fusionlab.codegen.matmul import MatmulWriter
 from fusionlab.codegen.plan import plan_kernel
@@ -48,6 +48,10 @@ class Program:
     namespace_constants: dict[str, Any]
     input_names: tuple[str, ...]
     sections: tuple[WrapperSection, ...] = ()  # each group's lines of `wrapper`, in program order
+    # per kernel, the positions of its launch's arguments that may differ in what Triton specialises on from one
+    # call to the next (an input's address, a size read at run time); the others are the same on every call
+    launch_checks: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    input_dtypes: tuple[torch.dtype | None, ...] = ()  # what the program was generated for, input by input
 
 
 def render_dim(dim: Dim) -> str:
@@ -76,6 +80,9 @@ class ProgramWriter:
         # sure with .contiguous() (no copy when it is), so kernels index it as dense, with no division per element.
         # the values kernels read, and the wrapper's views in program order
         self.kernel_reads = {value for group in fused.groups if group.is_kernel for value in group.inputs}
+        self.allocated = {value for group in fused.groups if group.is_kernel for value in group.outputs}
+        self.extern_nodes = {name for group in fused.groups if group.kind == "extern" for name in group.nodes}
+        self.launch_checks: dict[str, tuple[int, ...]] = {}
         self.wrapper_views = dict.fromkeys(name for group in fused.groups
                                            if not group.is_kernel and group.kind != "extern" for name in group.nodes)
         through_views: set[str] = set()
@@ -165,7 +172,8 @@ class ProgramWriter:
         for value in group.outputs:
             node = self.graph[value]
             dtype = self.constant(node.type.dtype, "dtype")
-            self.lines.append(f"    {self.var(value)} = empty({render_shape(node.type.shape)}, {dtype}, device)")
+            self.lines.append(f"    {self.var(value)} = empty({render_shape(node.type.shape)}, dtype={dtype}, "
+                              "device=device)")
         args: list[str] = []
         for argument in source.arguments:
             if argument.role in ("input", "output"):
@@ -182,6 +190,9 @@ class ProgramWriter:
                 args.append(f"{self.var(argument.value)}.size({argument.dim})")
             elif argument.role == "scalar":
                 args.append(render_dim(argument.amount) if argument.amount is not None else str(int(argument.expr)))
+        self.launch_checks[name] = tuple(
+            i for i, (argument, text) in enumerate(zip(source.arguments, args))
+            if not (_literal(text) or self._same_on_every_call(argument, aliases)))
         domain = group.domain
         assert domain is not None
         tiles = source.kind in TILE_KINDS
@@ -279,7 +290,9 @@ class ProgramWriter:
         body = header + self.lines + [f"    return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})"]
         sections = tuple(WrapperSection(group, len(header) + start + 1, len(header) + end)
                          for group, start, end in spans)
-        return Program("\n".join(body) + "\n", tuple(self.kernels), dict(self.constants), tuple(params), sections)
+        dtypes = tuple(self.graph[v].type.dtype for v in self.graph.inputs)
+        return Program("\n".join(body) + "\n", tuple(self.kernels), dict(self.constants), tuple(params), sections,
+                       dict(self.launch_checks), dtypes)
 
     def _needed_views(self) -> set[str]:
         """The wrapper's views something needs as a tensor: an output, an extern's operand, a matmul kernel's, a
@@ -300,6 +313,31 @@ class ProgramWriter:
                     or ("kernel" in users and name not in self.dense_views)):
                 needed.add(name)
         return needed
+
+    def _same_on_every_call(self, argument: KernelArgument, aliases: dict[str, str]) -> bool:
+        """A launch argument that is the same, as Triton specialises it, on every call: a tensor at the same
+        address (modulo 16), or a stride or size of one in a program without symbolic sizes."""
+        value = aliases.get(argument.value, argument.value)
+        if argument.role in ("input", "output"):
+            return self._same_address(value)
+        return argument.role in ("stride", "extent") and not self.captured.symbols and self._same_address(value)
+
+    def _same_address(self, value: str) -> bool:
+        """Whether `value` lies at the same address modulo 16 on every call (CUDA's allocator aligns what it
+        allocates to 512 bytes): a buffer the program allocates (a kernel's output, the fresh result of an extern op
+        whose schema returns no alias), or a view of one at an offset fixed when the program is built. An input, or a
+        view of one, is not: the caller passes it."""
+        node = self.graph[value]
+        if value in self.wrapper_views:
+            if not node.inputs or not self._same_address(node.inputs[0]):
+                return False
+            offset = self.layouts[value][1] if value in self.layouts else None
+            return isinstance(offset, int) or not self.captured.symbols
+        if value in self.extern_nodes:
+            target = node.param("target")
+            returns = getattr(getattr(target, "_schema", None), "returns", None)
+            return returns is not None and all(r.alias_info is None for r in returns)
+        return value in self.allocated
 
     def _view_source(self, value: str) -> str:
         """The value a chain of wrapper views starts from (a kernel's output that is itself a view node is where the
@@ -339,6 +377,11 @@ def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,
                      force_looped: bool = False) -> Program:
     names = [spec.name for spec in captured.inputs]
     return ProgramWriter(graph, fused, captured, force_looped).write(names)
+
+
+def _literal(text: str) -> bool:
+    """A launch argument written as a number: the same on every call."""
+    return text.removeprefix("-").isdigit()
 
 
 def _traced_dense(value: TensorType) -> bool:

@@ -9,11 +9,12 @@ compiled kernel's launcher itself: an argument list Triton would specialise diff
 through the JIT again, which compiles or finds the right kernel. Launch hooks (profilers) always take the JIT path.
 
     >>> launch = DirectLaunch(function, grid, (xnumel,), num_warps=4, meta={"XBLOCK": 1024, "EVEN_X": True})
-    >>> launch(*args)            # doctest: +SKIP
+    >>> launch(args)             # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -28,11 +29,13 @@ _I32 = (-(2**31), 2**31)
 def hooks_active() -> bool:
     """A launch hook is set (a profiler's): Triton 3.6 and 3.9 keep an always-present, usually empty, chain of
     hooks; older versions None."""
-    return any(hook is not None and bool(getattr(hook, "calls", True))
-               for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
+    runtime = knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return (enter is not None and bool(getattr(enter, "calls", True))) or (
+        leave is not None and bool(getattr(leave, "calls", True)))
 
 
-def specialization_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
+def specialization_key(args: Iterable[Any]) -> tuple[Any, ...]:
     """What Triton specialises a launch on, per argument (at least as fine as Triton's own key)."""
     key: list[Any] = []
     for value in args:
@@ -48,26 +51,32 @@ def specialization_key(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 class DirectLaunch:
-    """One shape's launch of one kernel: its grid, size arguments and constexprs, and the compiled kernels Triton
-    chose for each argument specialisation seen so far."""
+    """One shape's launch of one kernel on one device: its grid, size arguments and constexprs, and the compiled
+    kernels Triton chose for each argument specialisation seen so far. `checks` are the positions of the arguments
+    that may specialise differently from call to call (the program's generator knows the others are the same on
+    every call: buffers it allocates, sizes it writes as numbers); None checks every argument."""
 
-    __slots__ = ("function", "grid", "numels", "num_warps", "num_stages", "meta", "tail", "launchers")
+    __slots__ = ("function", "grid", "numels", "num_warps", "num_stages", "meta", "tail", "launchers", "checks",
+                 "device", "stream")
 
     def __init__(self, function: Any, grid: tuple[int, ...], numels: tuple[int, ...], *, num_warps: int,
-                 meta: dict[str, Any], num_stages: int | None = None) -> None:
+                 meta: dict[str, Any], num_stages: int | None = None, checks: tuple[int, ...] | None = None,
+                 device: int = 0) -> None:
         self.function, self.numels, self.num_warps, self.num_stages, self.meta = (function, numels, num_warps,
                                                                                   num_stages, meta)
         self.grid = (*grid, 1, 1)[:3]
         self.tail: tuple[Any, ...] | None = None  # the size arguments, then the constexprs in the kernel's order
         self.launchers: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+        self.checks, self.device = checks, device
+        self.stream = driver.active.get_current_stream  # resolved once: the driver's lookup costs a launch's worth
 
-    def __call__(self, *args: Any) -> None:
-        key = specialization_key(args)
+    def __call__(self, args: tuple[Any, ...]) -> None:
+        checks = self.checks
+        key = specialization_key(args if checks is None else [args[i] for i in checks]) if checks != () else ()
         launcher = self.launchers.get(key)
         if launcher is not None and not hooks_active():
             run, handle, packed = launcher
-            stream = driver.active.get_current_stream(args[0].device.index)
-            run(self.grid[0], self.grid[1], self.grid[2], stream, handle, packed, None, None, None,
+            run(self.grid[0], self.grid[1], self.grid[2], self.stream(self.device), handle, packed, None, None, None,
                 *args, *self.tail)  # type: ignore[misc]
             return
         options: dict[str, Any] = {"num_warps": self.num_warps}

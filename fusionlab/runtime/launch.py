@@ -21,6 +21,9 @@ from fusionlab.runtime.direct import DirectLaunch
 from fusionlab.runtime.interpreter import build_module, interpreted_standard_library
 from fusionlab.runtime.matmul import MatmulShape
 
+# the current CUDA device's index: torch's own C function (torch.cuda.current_device wraps it in Python)
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
 
 @dataclass
 class KernelHandle:
@@ -41,14 +44,18 @@ class KernelHandle:
     backends_used: set[str] = field(default_factory=set)
     tuned: dict[LaunchShape, LaunchConfig] = field(default_factory=dict)  # the CUDA config chosen per shape
     tuning: dict[LaunchShape, dict[LaunchConfig, float]] = field(default_factory=dict)  # measured ms per config
-    # (xnumel, rnumel, a matmul's K, device index) -> the launch: launches after the first skip all choice and
+    # (xnumel, rnumel[, a matmul's K]) -> the launch on one device: launches after the first skip all choice and
     # Triton's JIT dispatch
-    ready: dict[tuple[int, int, int, int | None], DirectLaunch] = field(default_factory=dict)
+    ready: dict[tuple[int, ...], DirectLaunch] = field(default_factory=dict)
+    checks: tuple[int, ...] | None = None  # launch arguments that may specialise differently per call (all: None)
 
     @classmethod
-    def of(cls, kernel: KernelSource, module: str, autotune: bool) -> KernelHandle:
-        """The launcher of one generated kernel, whose module source (preamble + kernel) is `module`."""
-        return cls(kernel.name, kernel.kind, module, kernel.persistent, kernel.heavy, kernel.accumulators, autotune)
+    def of(cls, kernel: KernelSource, module: str, autotune: bool,
+           checks: tuple[int, ...] | None = None) -> KernelHandle:
+        """The launcher of one generated kernel, whose module source (preamble + kernel) is `module`; `checks`
+        as the program's `launch_checks` give them."""
+        return cls(kernel.name, kernel.kind, module, kernel.persistent, kernel.heavy, kernel.accumulators, autotune,
+                   checks=checks)
 
     def function(self, backend: str) -> Any:
         if backend not in self.modules:
@@ -62,13 +69,11 @@ class KernelHandle:
         return KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
 
     def launch(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
+        fast = self.ready.get((xnumel, rnumel, args[-1]) if self.kind == "matmul" else (xnumel, rnumel))
+        if fast is not None and fast.device == args[0].get_device() == _current_device():
+            fast(args)  # the hot path: the compiled kernel's own launcher, on the current device
+            return
         device = args[0].device  # the first kernel argument is always a tensor (an input or an output)
-        key = (xnumel, rnumel, int(args[-1]) if self.kind == "matmul" else 0, device.index)
-        if device.type == "cuda":
-            fast = self.ready.get(key)
-            if fast is not None and device.index == torch.cuda.current_device():
-                fast(*args)  # the hot path: the compiled kernel's own launcher (it launches on the current device)
-                return
         shape = self.shape(args, xnumel, rnumel)
         if shape.empty:
             return
@@ -84,9 +89,11 @@ class KernelHandle:
                 compiled = self._run(backend, config, shape, args)
             if self.compiled is None:
                 self.compiled = compiled
-            if device.index == torch.cuda.current_device():
+            if device.index == _current_device():  # launches on another device take this path
+                key = (xnumel, rnumel, args[-1]) if self.kind == "matmul" else (xnumel, rnumel)
                 self.ready[key] = DirectLaunch(self.function("cuda"), config.grid(shape), shape.numels,
-                                               meta=config.meta(shape), **config.options())
+                                               meta=config.meta(shape), checks=self.checks, device=device.index,
+                                               **config.options())
         self.last_config = config
 
     def warm(self, *args: Any, xnumel: int, rnumel: int = 1) -> Any:

@@ -33,26 +33,22 @@ class LaunchRecord(NamedTuple):
     rnumel: int
 
 
-def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-def _launch(handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> None:
-    handle.launch(*args, xnumel=xnumel, rnumel=rnumel)
-
 
 class Runnable:
     """The program's handles and wrapper; `compile_workers` is how the kernels compile at once before the first
     CUDA call ("processes" or "threads")."""
 
     def __init__(self, program: Program, autotune: bool, compile_workers: str = "processes") -> None:
-        self.handles = tuple(KernelHandle.of(k, KERNEL_PREAMBLE + "\n\n" + k.source, autotune)
+        self.handles = tuple(KernelHandle.of(k, KERNEL_PREAMBLE + "\n\n" + k.source, autotune,
+                                             program.launch_checks.get(k.name))
                              for k in program.kernels)
+        self.input_dtypes = program.input_dtypes
         self.compile_workers = compile_workers
         self._records: list[LaunchRecord] = []
         self._prepared: set[torch.device] = set()
-        namespace: dict[str, Any] = {"torch": torch, "empty": empty, "triton": triton, "launch": _launch,
-                                     **program.namespace_constants, **{h.name: h for h in self.handles}}
+        namespace: dict[str, Any] = {"torch": torch, "empty": torch.empty, "triton": triton,
+                                     "launch": KernelHandle.launch, **program.namespace_constants,
+                                     **{h.name: h for h in self.handles}}
         code = compile(program.wrapper, "<fusionlab program>", "exec")
         exec(code, namespace)  # noqa: S102 - our own generated source
         self.function = namespace["fusionlab_program"]
@@ -61,6 +57,9 @@ class Runnable:
         self._dry_run = dry["fusionlab_program"]
 
     def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.input_dtypes and tuple(map(_dtype, tensors)) != self.input_dtypes:
+            # the launches after a call's first reuse what Triton compiled for these dtypes
+            raise TypeError(_wrong_dtypes(self.input_dtypes, tensors))
         self.prepare(*tensors)
         return self.function(*tensors)  # type: ignore[no-any-return]
 
@@ -86,6 +85,19 @@ class Runnable:
         except Exception as error:  # noqa: BLE001 - an optimisation only: kernels then compile at first launch
             warnings.warn(f"compiling the kernels in parallel failed ({type(error).__name__}: {error}); they "
                           "compile one by one at their first launch instead", RuntimeWarning, stacklevel=2)
+
+
+def _dtype(value: Any) -> torch.dtype | None:
+    return value.dtype if isinstance(value, torch.Tensor) else None
+
+
+def _wrong_dtypes(expected: tuple[torch.dtype | None, ...], tensors: tuple[Any, ...]) -> str:
+    if len(expected) != len(tensors):
+        return f"the program takes {len(expected)} inputs, got {len(tensors)}"
+    wrong = [f"input {i}: {_dtype(t)} (generated for {want})" for i, (want, t) in enumerate(zip(expected, tensors))
+             if _dtype(t) != want]
+    return (f"the program was generated for other dtypes: {'; '.join(wrong)}. Explore the function again with "
+            "inputs of these dtypes (fl.explore), or call it through its Exploration, which checks them")
 
 
 def compile_in_parallel(records: list[LaunchRecord], workers: str = "processes") -> None:

@@ -34,7 +34,7 @@ def fusionlab_program(x, r, w, b):
     w = w.contiguous()
     b = b.contiguous()
     # reduction_0_add_mean_sub_mul_rsqrt: reads x, r, w, b; writes add, add_2
-    add = empty((8, 32), torch.float32, device)
-    add_2 = empty((8, 32), torch.float32, device)
+    add = empty((8, 32), dtype=torch.float32, device=device)
+    add_2 = empty((8, 32), dtype=torch.float32, device=device)
     launch(reduction_0_add_mean_sub_mul_rsqrt, x, r, w, b, add, add_2, 1, 1, xnumel=8, rnumel=32)
     return (add, add_2)

@@ -19,6 +19,6 @@ def fusionlab_program(x):
     device = x.device
     x = x.contiguous()
     # reduction_0_argmax: reads x; writes argmax
-    argmax = empty((8,), torch.int64, device)
+    argmax = empty((8,), dtype=torch.int64, device=device)
     launch(reduction_0_argmax, x, argmax, xnumel=8, rnumel=32)
     return (argmax,)

@@ -25,6 +25,6 @@ def fusionlab_program(x, b):
     x = x.contiguous()
     b = b.contiguous()
     # pointwise_0_add_mul_erf: reads b, x; writes mul_2
-    mul_2 = empty((8, 32), torch.float32, device)
+    mul_2 = empty((8, 32), dtype=torch.float32, device=device)
     launch(pointwise_0_add_mul_erf, x, b, mul_2, 1, xnumel=8, rnumel=32)
     return (mul_2,)

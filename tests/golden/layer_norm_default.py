@@ -30,6 +30,6 @@ def fusionlab_program(x, w, b):
     w = w.contiguous()
     b = b.contiguous()
     # reduction_0_mean_sub_mul_add_rsqrt: reads x, w, b; writes add_1
-    add_1 = empty((8, 32), torch.float32, device)
+    add_1 = empty((8, 32), dtype=torch.float32, device=device)
     launch(reduction_0_mean_sub_mul_add_rsqrt, x, w, b, add_1, 1, 1, xnumel=8, rnumel=32)
     return (add_1,)

@@ -52,6 +52,6 @@ def fusionlab_program(x, w, b):
     w = w.contiguous()
     b = b.contiguous()
     # matmul_0_matmul_add_mul_erf: reads x, w, b; writes mul_2
-    mul_2 = empty((33, 65), torch.float32, device)
+    mul_2 = empty((33, 65), dtype=torch.float32, device=device)
     launch(matmul_0_matmul_add_mul_erf, x, w, b, mul_2, 47, 1, 65, 1, 1, x.size(1), xnumel=33, rnumel=65)
     return (mul_2,)

@@ -39,11 +39,11 @@ def fusionlab_program(x, w, b):
     x = x.contiguous()
     b = b.contiguous()
     # pointwise_0_mul_maximum: reads x; writes maximum
-    maximum = empty((8, 32), torch.float32, device)
+    maximum = empty((8, 32), dtype=torch.float32, device=device)
     launch(pointwise_0_mul_maximum, x, maximum, xnumel=256)
     mm = const_aten_mm_default(maximum, w)  # extern: aten.mm.default runs eagerly
     mm = mm.contiguous()  # dense as traced: no copy when it is
     # pointwise_2_add_mul_erf: reads b, mm; writes mul_3
-    mul_3 = empty((8, 16), torch.float32, device)
+    mul_3 = empty((8, 16), dtype=torch.float32, device=device)
     launch(pointwise_2_add_mul_erf, mm, b, mul_3, 1, xnumel=8, rnumel=16)
     return (mul_3,)

@@ -22,6 +22,6 @@ def fusionlab_program(x):
     device = x.device
     x = x.contiguous()
     # reduction_0_amax_sub_exp_sum_div: reads x; writes div
-    div = empty((8, 32), torch.float32, device)
+    div = empty((8, 32), dtype=torch.float32, device=device)
     launch(reduction_0_amax_sub_exp_sum_div, x, div, xnumel=8, rnumel=32)
     return (div,)

@@ -22,6 +22,6 @@ def fusionlab_program(x):
     device = x.device
     x = x.contiguous()
     # reduction_0_sum: reads x; writes sum
-    sum_ = empty((32,), torch.float32, device)
+    sum_ = empty((32,), dtype=torch.float32, device=device)
     launch(reduction_0_sum, x, sum_, 32, 1, xnumel=32, rnumel=8)
     return (sum_,)

@@ -19,6 +19,6 @@ def pointwise_0_exp_add(in_x, out_add, stride_x_0, stride_x_1, xnumel, rnumel, X
 def fusionlab_program(x):
     device = x.device
     # pointwise_0_exp_add: reads x; writes add
-    add = empty((8, 32), torch.float32, device)
+    add = empty((8, 32), dtype=torch.float32, device=device)
     launch(pointwise_0_exp_add, x, add, x.stride(0), x.stride(1), xnumel=8, rnumel=32)
     return (add,)
