@@ -72,7 +72,8 @@ class ProgramWriter:
         self.graph, self.fused, self.captured = graph, fused, captured
         self.force_looped = force_looped
         # Size symbols (s0, s1, ...) are spelled by sympy: reserve them so no argument can take their names.
-        self.namer = Namer({"torch", "empty", "launch", "device"} | {str(b.symbol) for b in captured.symbols})
+        self.namer = Namer({"torch", "empty", "launch", "device", "reinterpret"}
+                           | {str(b.symbol) for b in captured.symbols})
         self.constants: dict[str, Any] = {}
         self.lines: list[str] = []
         self.kernels: list[KernelSource] = []
@@ -157,12 +158,13 @@ class ProgramWriter:
 
     def kernel(self, group: FusionGroup, index: int, dense: set[str]) -> None:
         name = self.namer.identifier(group.name)
-        # A view the wrapper would make only to pass its pointer: the kernel reads its dense base instead
-        aliases = {} if group.kind == "matmul" else self.dense_views
+        # A view the wrapper would make only to pass its pointer: the kernel reads its base instead (as a dense
+        # tensor, or with the view's strides, known when the program is built)
+        aliases = {} if group.kind == "matmul" else self.view_aliases
         if group.kind == "matmul":
             source = MatmulWriter(self.graph, group, name, dense).write()
         else:
-            dense = dense | set(aliases)
+            dense = dense | set(self.dense_views)
             plan = plan_kernel(self.graph, group, dense, self.force_looped)
             source = KernelWriter(self.graph, group, name, dense, plan, self.view_strides).write()
         self.kernels.append(source)
@@ -226,6 +228,12 @@ class ProgramWriter:
         if node.op == "output_of":
             self.lines.append(f"    {target} = {self.all_outputs(node.inputs[0])}[{int(node.param('index'))}]")
             return
+        if node.name in self.direct_views:
+            strides, offset = self.layouts[node.name]
+            root = self.var(self._view_source(node.name))
+            self.lines.append(f"    {target} = reinterpret({root}, {render_shape(node.type.shape)}, "
+                              f"{render_shape(strides)}, {render_dim(offset)})  # view of {root}, as built")
+            return
         if node.op == "reshape":
             expr = f"{source}.reshape({render_shape(node.type.shape)})"
         elif node.op == "expand":
@@ -263,15 +271,21 @@ class ProgramWriter:
         # returned view of the caller's tensor no longer one, otherwise)
         inputs = set(self.graph.inputs)
         self.layouts = self.known_layouts({v for v in dense if v not in inputs or v in read})
-        self.dense_views = {v: self._view_source(v) for v, (strides, offset) in self.layouts.items()
-                            if v not in dense and offset == 0
-                            and tuple(strides) == tuple(contiguous_strides(self.graph[v].type.shape))}
+        self.view_aliases = {v: self._view_source(v) for v, (_, offset) in self.layouts.items()
+                             if v not in dense and offset == 0}
+        self.dense_views = {v: source for v, source in self.view_aliases.items()
+                            if tuple(self.layouts[v][0]) == tuple(contiguous_strides(self.graph[v].type.shape))}
         # the strides of the other views kernels may read (codegen/indexing.py: rows by the flat index)
         self.view_strides = {v: strides for v, (strides, _) in self.layouts.items()
                              if v not in dense and v not in self.dense_views}
         for value, param in zip(self.graph.inputs, params):
             if value in dense and value in read:  # no copy when it is dense already
                 header.append(f"    {param} = {param}.contiguous()")
+        # a view whose strides and offset are known is made in one step from the dense value its chain starts at
+        # (`reinterpret`, as Inductor's wrapper does): the views between are not made, unless something else
+        # reads them; a result the caller gets stays a view PyTorch made
+        self.direct_views = {v for v in self.layouts if v in self.wrapper_views and v not in self.graph.outputs
+                             and self.graph[v].op != "output_of"}
         needed = self._needed_views()
         spans: list[tuple[str, int, int]] = []  # each group's lines, as indices into self.lines
         for index, group in enumerate(self.fused.groups):
@@ -296,7 +310,8 @@ class ProgramWriter:
 
     def _needed_views(self) -> set[str]:
         """The wrapper's views something needs as a tensor: an output, an extern's operand, a matmul kernel's, a
-        view of one; a view that kernels alone read, dense at offset 0, is not made (they read its base)."""
+        view of one made from it; a view that kernels alone read, at offset 0 of a value whose layout is known, is not
+        made (they read its base)."""
         readers: dict[str, set[str]] = {}
         for group in self.fused.groups:
             if group.is_kernel:
@@ -309,8 +324,8 @@ class ProgramWriter:
         needed: set[str] = set()
         for name in reversed(self.wrapper_views):  # a view's readers come after it
             users = readers.get(name, set())
-            if (name in self.graph.outputs or users - {"kernel"} - self.wrapper_views.keys() or users & needed
-                    or ("kernel" in users and name not in self.dense_views)):
+            if (name in self.graph.outputs or users - {"kernel"} - self.wrapper_views.keys()
+                    or (users & needed) - self.direct_views or ("kernel" in users and name not in self.view_aliases)):
                 needed.add(name)
         return needed
 
@@ -370,6 +385,13 @@ def view_layout(node: Node, source_shape: tuple[Dim, ...], source: tuple[Dim, ..
                      for d in range(len(shape))), offset
     if node.op == "reshape" and tuple(source) == tuple(contiguous_strides(source_shape)):
         return contiguous_strides(node.type.shape), offset
+    sizes = (*source_shape, *source, *node.type.shape)
+    if node.op == "reshape" and all(isinstance(d, int) for d in sizes):  # a view where PyTorch makes one
+        try:
+            made = torch.empty_strided(source_shape, source, device="meta").view(node.type.shape)
+        except RuntimeError:
+            return None  # reshape copies here
+        return tuple(made.stride()), offset
     return None
 
 

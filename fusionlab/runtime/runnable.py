@@ -24,6 +24,15 @@ from fusionlab.runtime.interpreter import triton
 from fusionlab.runtime.launch import KernelHandle
 
 
+def _as_strided(base: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> torch.Tensor:
+    return base.as_strided(size, stride, base.storage_offset() + offset)
+
+
+# A view of `base` with these sizes and strides, `offset` elements past base's own offset, made in one step: torch's
+# C function for it (Inductor's wrapper uses it; it makes no autograd view: programs run without grad), else as_strided
+reinterpret = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_reinterpret_tensor", _as_strided)
+
+
 class LaunchRecord(NamedTuple):
     """One launch of the program, as it would have been made."""
 
@@ -46,8 +55,10 @@ class Runnable:
         self.compile_workers = compile_workers
         self._records: list[LaunchRecord] = []
         self._prepared: set[torch.device] = set()
-        namespace: dict[str, Any] = {"torch": torch, "empty": torch.empty, "triton": triton,
-                                     "launch": KernelHandle.launch, **program.namespace_constants,
+        namespace: dict[str, Any] = {"torch": torch, "empty": torch.empty, "reinterpret": reinterpret,
+                                     "triton": triton,
+                                     "launch": KernelHandle.launch,
+                                     **{k: _callable(v) for k, v in program.namespace_constants.items()},
                                      **{h.name: h for h in self.handles}}
         code = compile(program.wrapper, "<fusionlab program>", "exec")
         exec(code, namespace)  # noqa: S102 - our own generated source
@@ -85,6 +96,17 @@ class Runnable:
         except Exception as error:  # noqa: BLE001 - an optimisation only: kernels then compile at first launch
             warnings.warn(f"compiling the kernels in parallel failed ({type(error).__name__}: {error}); they "
                           "compile one by one at their first launch instead", RuntimeWarning, stacklevel=2)
+
+
+def _callable(value: Any) -> Any:
+    """An aten op as the program calls it: the operator itself, without OpOverload's Python call in front (a frame
+    per extern call, every call)."""
+    if type(value) is torch._ops.OpOverload and type(value).__call__ is _OVERLOAD_CALL:
+        return getattr(value, "_op", value)
+    return value
+
+
+_OVERLOAD_CALL = torch._ops.OpOverload.__call__
 
 
 def _dtype(value: Any) -> torch.dtype | None:

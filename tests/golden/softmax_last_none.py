@@ -85,18 +85,16 @@ def fusionlab_program(x):
     # reduction_0_amax: reads x; writes amax
     amax = empty((8, 1), dtype=torch.float32, device=device)
     launch(reduction_0_amax, x, amax, xnumel=8, rnumel=32)
-    expand = amax.expand((8, 32))  # view: no copy where PyTorch can avoid one
     # pointwise_2_sub: reads x, expand; writes sub
     sub = empty((8, 32), dtype=torch.float32, device=device)
-    launch(pointwise_2_sub, x, expand, sub, 1, 0, xnumel=8, rnumel=32)
+    launch(pointwise_2_sub, x, amax, sub, 1, 0, xnumel=8, rnumel=32)
     # pointwise_3_exp: reads sub; writes exp
     exp = empty((8, 32), dtype=torch.float32, device=device)
     launch(pointwise_3_exp, sub, exp, xnumel=256)
     # reduction_4_sum: reads exp; writes sum
     sum_ = empty((8, 1), dtype=torch.float32, device=device)
     launch(reduction_4_sum, exp, sum_, xnumel=8, rnumel=32)
-    expand_1 = sum_.expand((8, 32))  # view: no copy where PyTorch can avoid one
     # pointwise_6_div: reads exp, expand_1; writes div
     div = empty((8, 32), dtype=torch.float32, device=device)
-    launch(pointwise_6_div, exp, expand_1, div, 1, 0, xnumel=8, rnumel=32)
+    launch(pointwise_6_div, exp, sum_, div, 1, 0, xnumel=8, rnumel=32)
     return (div,)
