@@ -1,8 +1,9 @@
 """Why a model call's host time differs between the model benchmark and a pipelined loop: one process, the model
 compiled by fusionlab and by Inductor as `fusionlab bench --models` does (one model object, both compiled), then per
 compiler the call timed four ways (do_bench's median as the benchmark takes it, the host time of one call started on an
-idle GPU, the wall time per call of 50 calls in a row, and the same with Python's garbage collector off), and how many
-launches took Triton's JIT path instead of the direct launcher.
+idle GPU, the wall time per call of 50 calls in a row, and the same with Python's garbage collector off), how many
+launches took Triton's JIT path instead of the direct launcher, and where the host time goes (Python's profiler, then
+torch.profiler's CPU-side ops).
 
     python benchmarks/host_gap.py [MODEL ...]      # default: gpt2
 """
@@ -57,15 +58,28 @@ def idle_profile(step, calls: int = 10) -> str:
     return "\n".join(line for line in text.getvalue().splitlines() if line.strip())
 
 
+def op_profile(step, calls: int = 5) -> str:
+    """torch.profiler's CPU-side view of calls from an idle GPU: what the time outside Python functions goes to."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for _ in range(calls):
+            torch.cuda.synchronize()
+            step()
+        torch.cuda.synchronize()
+    return profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=48)
+
+
 def main(names: list[str]) -> None:
     jit_calls = [0]
     original = direct.DirectLaunch.__call__
 
-    def counted(self, *args):
-        key = direct.specialization_key(args)
+    def counted(self, args):
+        checks = self.checks
+        key = direct.specialization_key(args if checks is None else [args[i] for i in checks]) if checks != () else ()
         if key not in self.launchers or direct.hooks_active():
             jit_calls[0] += 1
-        return original(self, *args)
+        return original(self, args)
 
     direct.DirectLaunch.__call__ = counted
     for name in names:
@@ -100,6 +114,7 @@ def main(names: list[str]) -> None:
         for label in ("fusionlab", "inductor"):
             print(f"--- {name} {label}: profile of 10 calls, each from an idle GPU")
             print(idle_profile(steps[label]), flush=True)
+            print(op_profile(steps[label]), flush=True)
 
 
 if __name__ == "__main__":

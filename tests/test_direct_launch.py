@@ -3,6 +3,7 @@ decides when that is safe, and on the GPU, that results stay right when Triton w
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -142,3 +143,12 @@ def test_a_kernel_with_nothing_to_check_keys_on_nothing_and_stays_right() -> Non
         fresh = (torch.randn_like(a), torch.randn_like(b))
         torch.testing.assert_close(ex(*fresh), mm_gelu(*fresh))
     assert [list(launch.launchers) for launch in launches_of(ex)] == [[()]]
+
+
+def test_the_programs_allocator_gives_dense_tensors_of_the_dtype_asked_for() -> None:
+    from fusionlab.runtime.runnable import _empty_strided, allocator
+
+    for empty in (allocator(torch.device("cpu")), functools.partial(_empty_strided, device=torch.device("cpu"))):
+        made = empty((2, 3, 4), (12, 4, 1), torch.bfloat16)
+        assert (made.shape, made.stride(), made.dtype, made.device.type) == ((2, 3, 4), (12, 4, 1), torch.bfloat16,
+                                                                          "cpu")

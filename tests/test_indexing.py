@@ -464,3 +464,42 @@ def test_an_extern_result_returned_keeps_eagers_layout() -> None:
     got, want = ex(channels_last, w), fn(channels_last, w)
     assert got[0].stride() == want[0].stride()
     torch.testing.assert_close(got, want)
+
+
+def test_a_reshape_of_a_strided_view_has_pytorchs_strides_or_none_where_it_copies() -> None:
+    from fusionlab.codegen.program import view_layout
+
+    x = torch.randn(2, 16, 192)
+    ex = fl.explore(lambda t: t[..., 64:128].reshape(2, 16, 4, 16) * 2, x)
+    (reshape,) = [n for n in ex.decomposed.graph.nodes if n.op == "reshape"]
+    sliced = x[..., 64:128]
+    assert view_layout(reshape, (2, 16, 64), sliced.stride(), 64) == (sliced.reshape(2, 16, 4, 16).stride(), 64)
+    ex = fl.explore(lambda t: t.transpose(1, 2).reshape(2, -1) * 2, x)
+    (reshape,) = [n for n in ex.decomposed.graph.nodes if n.op == "reshape"]
+    assert view_layout(reshape, (2, 192, 16), x.transpose(1, 2).stride(), 0) is None  # PyTorch copies here
+
+
+def test_views_an_extern_reads_are_made_in_one_step_from_their_dense_base() -> None:
+    # GPT-2's heads: a slice of a projection, split into heads and permuted, read by a batched matmul
+    def heads(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        projected = (x @ w).reshape(2, 16, 192)
+        k = projected[..., 64:128].reshape(2, 16, 4, 16).permute(0, 2, 1, 3)
+        q = projected[..., :64].reshape(2, 16, 4, 16).permute(0, 2, 1, 3)
+        return torch.softmax(q @ k.transpose(-1, -2), -1)
+
+    x, w = torch.randn(32, 64), torch.randn(64, 192)
+    ex = fl.explore(heads, x, w)
+    wrapper = ex.generated.wrapper
+    assert wrapper.count("reinterpret(") >= 2 and ".narrow(" not in wrapper and ".permute(" not in wrapper, wrapper
+    for _ in range(2):
+        fresh = (torch.randn(32, 64), torch.randn(64, 192))
+        torch.testing.assert_close(ex(*fresh), heads(*fresh))
+
+
+def test_reinterpret_falls_back_to_as_strided_with_the_same_meaning() -> None:
+    from fusionlab.runtime.runnable import _as_strided, reinterpret
+
+    base = torch.arange(40.0)[4:]  # a storage offset of its own: the offset given is past it
+    for made in (reinterpret(base, (3, 4), (1, 3), 2), _as_strided(base, (3, 4), (1, 3), 2)):
+        assert made.storage_offset() == 6
+        torch.testing.assert_close(made, base[2:].as_strided((3, 4), (1, 3)))

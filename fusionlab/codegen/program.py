@@ -5,7 +5,7 @@ comments); extern ops and non-literal constants are passed in the program's name
 
     def fusionlab_program(x, b):
         # pointwise_0_add_mul_erf: reads x, b; writes mul_2
-        mul_2 = empty((8, 16), dtype=torch.float32, device=device)
+        mul_2 = empty((8, 16), (16, 1), torch.float32)
         launch(pointwise_0_add_mul_erf, x, b, mul_2, 16, xnumel=128)
         return (mul_2,)
 """
@@ -72,13 +72,14 @@ class ProgramWriter:
         self.graph, self.fused, self.captured = graph, fused, captured
         self.force_looped = force_looped
         # Size symbols (s0, s1, ...) are spelled by sympy: reserve them so no argument can take their names.
-        self.namer = Namer({"torch", "empty", "launch", "device", "reinterpret"}
+        self.namer = Namer({"torch", "empty", "launch", "device", "reinterpret", "allocator"}
                            | {str(b.symbol) for b in captured.symbols})
         self.constants: dict[str, Any] = {}
         self.lines: list[str] = []
         self.kernels: list[KernelSource] = []
         # An extern's result that a kernel reads, dense as traced (a convolution's NCHW output): the wrapper makes
-        # sure with .contiguous() (no copy when it is), so kernels index it as dense, with no division per element.
+        # sure with .contiguous() (no copy when it is), so kernels index it as dense, with no division per element,
+        # and so do its views read by kernels or extern ops, made in one step from it (`reinterpret`).
         # the values kernels read, and the wrapper's views in program order
         self.kernel_reads = {value for group in fused.groups if group.is_kernel for value in group.inputs}
         self.allocated = {value for group in fused.groups if group.is_kernel for value in group.outputs}
@@ -86,9 +87,10 @@ class ProgramWriter:
         self.launch_checks: dict[str, tuple[int, ...]] = {}
         self.wrapper_views = dict.fromkeys(name for group in fused.groups
                                            if not group.is_kernel and group.kind != "extern" for name in group.nodes)
+        extern_reads = {value for name in self.extern_nodes for value in graph[name].inputs}
         through_views: set[str] = set()
         for name in reversed(self.wrapper_views):  # read through views, too
-            if (name in self.kernel_reads or name in through_views) and graph[name].inputs:
+            if (name in self.kernel_reads or name in extern_reads or name in through_views) and graph[name].inputs:
                 through_views.add(graph[name].inputs[0])
         # (a result the caller also gets keeps its own layout unless a kernel reads it directly)
         read = self.kernel_reads | (through_views - set(graph.outputs))
@@ -174,8 +176,8 @@ class ProgramWriter:
         for value in group.outputs:
             node = self.graph[value]
             dtype = self.constant(node.type.dtype, "dtype")
-            self.lines.append(f"    {self.var(value)} = empty({render_shape(node.type.shape)}, dtype={dtype}, "
-                              "device=device)")
+            self.lines.append(f"    {self.var(value)} = empty({render_shape(node.type.shape)}, "
+                              f"{render_shape(contiguous_strides(node.type.shape))}, {dtype})")
         args: list[str] = []
         for argument in source.arguments:
             if argument.role in ("input", "output"):
@@ -265,6 +267,7 @@ class ProgramWriter:
             header.append(f"    {binding.symbol} = {params[binding.input_index]}.shape[{binding.dim}]")
         first = params[0] if params else "None"
         header.append(f"    device = {first}.device")
+        header.append("    empty = allocator(device)  # empty(sizes, strides, dtype) on that device")
         read = self.kernel_reads
         # Dense at run time: kernel outputs, extern results made dense, and the inputs kernels read (made dense
         # below); an input only viewed is left as the caller passed it (a copy of all of it to read a slice, and a

@@ -22,7 +22,7 @@ from fusionlab.runtime.interpreter import build_module, interpreted_standard_lib
 from fusionlab.runtime.matmul import MatmulShape
 
 # the current CUDA device's index: torch's own C function (torch.cuda.current_device wraps it in Python)
-_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+current_cuda_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
 
 @dataclass
@@ -70,7 +70,7 @@ class KernelHandle:
 
     def launch(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
         fast = self.ready.get((xnumel, rnumel, args[-1]) if self.kind == "matmul" else (xnumel, rnumel))
-        if fast is not None and fast.device == args[0].get_device() == _current_device():
+        if fast is not None and fast.device == args[0].get_device() == current_cuda_device():
             fast(args)  # the hot path: the compiled kernel's own launcher, on the current device
             return
         device = args[0].device  # the first kernel argument is always a tensor (an input or an output)
@@ -89,7 +89,7 @@ class KernelHandle:
                 compiled = self._run(backend, config, shape, args)
             if self.compiled is None:
                 self.compiled = compiled
-            if device.index == _current_device():  # launches on another device take this path
+            if device.index == current_cuda_device():  # launches on another device take this path
                 key = (xnumel, rnumel, args[-1]) if self.kind == "matmul" else (xnumel, rnumel)
                 self.ready[key] = DirectLaunch(self.function("cuda"), config.grid(shape), shape.numels,
                                                meta=config.meta(shape), checks=self.checks, device=device.index,

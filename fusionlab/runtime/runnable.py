@@ -12,7 +12,10 @@ Before its first CUDA call on a device, a dry run lists the launches and every k
 
 from __future__ import annotations
 
+import functools
+import operator
 import warnings
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -21,7 +24,7 @@ from fusionlab.codegen.preamble import KERNEL_PREAMBLE
 from fusionlab.codegen.program import Program
 from fusionlab.runtime.compile_pool import compile_all
 from fusionlab.runtime.interpreter import triton
-from fusionlab.runtime.launch import KernelHandle
+from fusionlab.runtime.launch import KernelHandle, current_cuda_device
 
 
 def _as_strided(base: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> torch.Tensor:
@@ -31,6 +34,25 @@ def _as_strided(base: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ..
 # A view of `base` with these sizes and strides, `offset` elements past base's own offset, made in one step: torch's
 # C function for it (Inductor's wrapper uses it; it makes no autograd view: programs run without grad), else as_strided
 reinterpret = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_reinterpret_tensor", _as_strided)
+
+
+_EMPTY_CUDA = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_empty_strided_cuda", None)
+_EMPTY_CPU = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_empty_strided_cpu", None)
+
+
+def allocator(device: torch.device) -> Callable[[tuple[int, ...], tuple[int, ...], torch.dtype], torch.Tensor]:
+    """The program's `empty(sizes, strides, dtype)` on `device`, chosen once per call: torch's C allocation functions
+    (Inductor's wrapper uses them; the CUDA one allocates on the current device), else torch.empty_strided."""
+    if device.type == "cuda" and _EMPTY_CUDA is not None and device.index == current_cuda_device():
+        return _EMPTY_CUDA  # type: ignore[no-any-return]
+    if device.type == "cpu" and _EMPTY_CPU is not None:
+        return _EMPTY_CPU  # type: ignore[no-any-return]
+    return functools.partial(_empty_strided, device=device)
+
+
+def _empty_strided(sizes: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype,
+                   device: torch.device) -> torch.Tensor:
+    return torch.empty_strided(sizes, strides, dtype=dtype, device=device)
 
 
 class LaunchRecord(NamedTuple):
@@ -55,7 +77,7 @@ class Runnable:
         self.compile_workers = compile_workers
         self._records: list[LaunchRecord] = []
         self._prepared: set[torch.device] = set()
-        namespace: dict[str, Any] = {"torch": torch, "empty": torch.empty, "reinterpret": reinterpret,
+        namespace: dict[str, Any] = {"torch": torch, "allocator": allocator, "reinterpret": reinterpret,
                                      "triton": triton,
                                      "launch": KernelHandle.launch,
                                      **{k: _callable(v) for k, v in program.namespace_constants.items()},
@@ -68,7 +90,7 @@ class Runnable:
         self._dry_run = dry["fusionlab_program"]
 
     def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        if self.input_dtypes and tuple(map(_dtype, tensors)) != self.input_dtypes:
+        if self.input_dtypes and _dtypes(tensors) != self.input_dtypes:
             # the launches after a call's first reuse what Triton compiled for these dtypes
             raise TypeError(_wrong_dtypes(self.input_dtypes, tensors))
         self.prepare(*tensors)
@@ -107,6 +129,16 @@ def _callable(value: Any) -> Any:
 
 
 _OVERLOAD_CALL = torch._ops.OpOverload.__call__
+
+
+def _dtypes(tensors: tuple[Any, ...]) -> tuple[torch.dtype | None, ...]:
+    try:
+        return tuple(map(_DTYPE, tensors))  # no Python frame per input (a model's hundreds of parameters)
+    except AttributeError:
+        return tuple(map(_dtype, tensors))
+
+
+_DTYPE = operator.attrgetter("dtype")
 
 
 def _dtype(value: Any) -> torch.dtype | None:

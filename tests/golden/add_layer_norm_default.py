@@ -29,12 +29,13 @@ def reduction_0_add_mean_sub_mul_rsqrt(in_x, in_r, in_w, in_b, out_add, out_add_
 
 def fusionlab_program(x, r, w, b):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     x = x.contiguous()
     r = r.contiguous()
     w = w.contiguous()
     b = b.contiguous()
     # reduction_0_add_mean_sub_mul_rsqrt: reads x, r, w, b; writes add, add_2
-    add = empty((8, 32), dtype=torch.float32, device=device)
-    add_2 = empty((8, 32), dtype=torch.float32, device=device)
+    add = empty((8, 32), (32, 1), torch.float32)
+    add_2 = empty((8, 32), (32, 1), torch.float32)
     launch(reduction_0_add_mean_sub_mul_rsqrt, x, r, w, b, add, add_2, 1, 1, xnumel=8, rnumel=32)
     return (add, add_2)

@@ -17,8 +17,9 @@ def reduction_0_argmax(in_x, out_argmax, xnumel, rnumel, XBLOCK: tl.constexpr, R
 
 def fusionlab_program(x):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     x = x.contiguous()
     # reduction_0_argmax: reads x; writes argmax
-    argmax = empty((8,), dtype=torch.int64, device=device)
+    argmax = empty((8,), (1,), torch.int64)
     launch(reduction_0_argmax, x, argmax, xnumel=8, rnumel=32)
     return (argmax,)

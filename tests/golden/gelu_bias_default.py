@@ -22,9 +22,10 @@ def pointwise_0_add_mul_erf(in_x, in_b, out_mul_2, stride_b_0, xnumel, rnumel, X
 
 def fusionlab_program(x, b):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     x = x.contiguous()
     b = b.contiguous()
     # pointwise_0_add_mul_erf: reads b, x; writes mul_2
-    mul_2 = empty((8, 32), dtype=torch.float32, device=device)
+    mul_2 = empty((8, 32), (32, 1), torch.float32)
     launch(pointwise_0_add_mul_erf, x, b, mul_2, 1, xnumel=8, rnumel=32)
     return (mul_2,)

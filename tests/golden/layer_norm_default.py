@@ -26,10 +26,11 @@ def reduction_0_mean_sub_mul_add_rsqrt(in_x, in_w, in_b, out_add_1, stride_w_0, 
 
 def fusionlab_program(x, w, b):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     x = x.contiguous()
     w = w.contiguous()
     b = b.contiguous()
     # reduction_0_mean_sub_mul_add_rsqrt: reads x, w, b; writes add_1
-    add_1 = empty((8, 32), dtype=torch.float32, device=device)
+    add_1 = empty((8, 32), (32, 1), torch.float32)
     launch(reduction_0_mean_sub_mul_add_rsqrt, x, w, b, add_1, 1, 1, xnumel=8, rnumel=32)
     return (add_1,)

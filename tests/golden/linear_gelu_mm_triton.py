@@ -48,10 +48,11 @@ def matmul_0_matmul_add_mul_erf(in_x, in_w, in_b, out_mul_2, stride_x_0, stride_
 
 def fusionlab_program(x, w, b):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     x = x.contiguous()
     w = w.contiguous()
     b = b.contiguous()
     # matmul_0_matmul_add_mul_erf: reads x, w, b; writes mul_2
-    mul_2 = empty((33, 65), dtype=torch.float32, device=device)
+    mul_2 = empty((33, 65), (65, 1), torch.float32)
     launch(matmul_0_matmul_add_mul_erf, x, w, b, mul_2, 47, 1, 65, 1, 1, x.size(1), xnumel=33, rnumel=65)
     return (mul_2,)

@@ -36,14 +36,15 @@ def pointwise_2_add_mul_erf(in_mm, in_b, out_mul_3, stride_b_0, xnumel, rnumel, 
 
 def fusionlab_program(x, w, b):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     x = x.contiguous()
     b = b.contiguous()
     # pointwise_0_mul_maximum: reads x; writes maximum
-    maximum = empty((8, 32), dtype=torch.float32, device=device)
+    maximum = empty((8, 32), (32, 1), torch.float32)
     launch(pointwise_0_mul_maximum, x, maximum, xnumel=256)
     mm = const_aten_mm_default(maximum, w)  # extern: aten.mm.default runs eagerly
     mm = mm.contiguous()  # dense as traced: no copy when it is
     # pointwise_2_add_mul_erf: reads b, mm; writes mul_3
-    mul_3 = empty((8, 16), dtype=torch.float32, device=device)
+    mul_3 = empty((8, 16), (16, 1), torch.float32)
     launch(pointwise_2_add_mul_erf, mm, b, mul_3, 1, xnumel=8, rnumel=16)
     return (mul_3,)

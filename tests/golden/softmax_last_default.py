@@ -20,8 +20,9 @@ def reduction_0_amax_sub_exp_sum_div(in_x, out_div, xnumel, rnumel, XBLOCK: tl.c
 
 def fusionlab_program(x):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     x = x.contiguous()
     # reduction_0_amax_sub_exp_sum_div: reads x; writes div
-    div = empty((8, 32), dtype=torch.float32, device=device)
+    div = empty((8, 32), (32, 1), torch.float32)
     launch(reduction_0_amax_sub_exp_sum_div, x, div, xnumel=8, rnumel=32)
     return (div,)

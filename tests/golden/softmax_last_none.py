@@ -81,20 +81,21 @@ def pointwise_6_div(in_exp, in_expand_1, out_div, stride_expand_1_0, stride_expa
 
 def fusionlab_program(x):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     x = x.contiguous()
     # reduction_0_amax: reads x; writes amax
-    amax = empty((8, 1), dtype=torch.float32, device=device)
+    amax = empty((8, 1), (1, 1), torch.float32)
     launch(reduction_0_amax, x, amax, xnumel=8, rnumel=32)
     # pointwise_2_sub: reads x, expand; writes sub
-    sub = empty((8, 32), dtype=torch.float32, device=device)
+    sub = empty((8, 32), (32, 1), torch.float32)
     launch(pointwise_2_sub, x, amax, sub, 1, 0, xnumel=8, rnumel=32)
     # pointwise_3_exp: reads sub; writes exp
-    exp = empty((8, 32), dtype=torch.float32, device=device)
+    exp = empty((8, 32), (32, 1), torch.float32)
     launch(pointwise_3_exp, sub, exp, xnumel=256)
     # reduction_4_sum: reads exp; writes sum
-    sum_ = empty((8, 1), dtype=torch.float32, device=device)
+    sum_ = empty((8, 1), (1, 1), torch.float32)
     launch(reduction_4_sum, exp, sum_, xnumel=8, rnumel=32)
     # pointwise_6_div: reads exp, expand_1; writes div
-    div = empty((8, 32), dtype=torch.float32, device=device)
+    div = empty((8, 32), (32, 1), torch.float32)
     launch(pointwise_6_div, exp, sum_, div, 1, 0, xnumel=8, rnumel=32)
     return (div,)

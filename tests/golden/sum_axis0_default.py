@@ -20,8 +20,9 @@ def reduction_0_sum(in_x, out_sum, stride_x_0, stride_x_1, xnumel, rnumel, XBLOC
 
 def fusionlab_program(x):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     x = x.contiguous()
     # reduction_0_sum: reads x; writes sum
-    sum_ = empty((32,), dtype=torch.float32, device=device)
+    sum_ = empty((32,), (1,), torch.float32)
     launch(reduction_0_sum, x, sum_, 32, 1, xnumel=32, rnumel=8)
     return (sum_,)

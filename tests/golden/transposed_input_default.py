@@ -18,7 +18,8 @@ def pointwise_0_exp_add(in_x, out_add, stride_x_0, stride_x_1, xnumel, rnumel, X
 
 def fusionlab_program(x):
     device = x.device
+    empty = allocator(device)  # empty(sizes, strides, dtype) on that device
     # pointwise_0_exp_add: reads x; writes add
-    add = empty((8, 32), dtype=torch.float32, device=device)
+    add = empty((8, 32), (32, 1), torch.float32)
     launch(pointwise_0_exp_add, x, add, x.stride(0), x.stride(1), xnumel=8, rnumel=32)
     return (add,)
