@@ -80,7 +80,7 @@ class Runnable:
         namespace: dict[str, Any] = {"torch": torch, "allocator": allocator, "reinterpret": reinterpret,
                                      "triton": triton,
                                      "launch": KernelHandle.launch,
-                                     **{k: _callable(v) for k, v in program.namespace_constants.items()},
+                                     **program.namespace_constants,
                                      **{h.name: h for h in self.handles}}
         code = compile(program.wrapper, "<fusionlab program>", "exec")
         exec(code, namespace)  # noqa: S102 - our own generated source
@@ -118,17 +118,6 @@ class Runnable:
         except Exception as error:  # noqa: BLE001 - an optimisation only: kernels then compile at first launch
             warnings.warn(f"compiling the kernels in parallel failed ({type(error).__name__}: {error}); they "
                           "compile one by one at their first launch instead", RuntimeWarning, stacklevel=2)
-
-
-def _callable(value: Any) -> Any:
-    """An aten op as the program calls it: the operator itself, without OpOverload's Python call in front (a frame
-    per extern call, every call)."""
-    if type(value) is torch._ops.OpOverload and type(value).__call__ is _OVERLOAD_CALL:
-        return getattr(value, "_op", value)
-    return value
-
-
-_OVERLOAD_CALL = torch._ops.OpOverload.__call__
 
 
 def _dtypes(tensors: tuple[Any, ...]) -> tuple[torch.dtype | None, ...]:
