@@ -152,3 +152,59 @@ def test_the_programs_allocator_gives_dense_tensors_of_the_dtype_asked_for() -> 
         made = empty((2, 3, 4), (12, 4, 1), torch.bfloat16)
         assert (made.shape, made.stride(), made.dtype, made.device.type) == ((2, 3, 4), (12, 4, 1), torch.bfloat16,
                                                                           "cpu")
+
+
+def test_strides_of_an_extern_result_are_checked() -> None:
+    # a convolution's result follows its input's layout (channels-last one call, NCHW the next): its strides, read
+    # at run time, must re-specialise the launch (a kernel specialised on stride 1 read the wrong elements)
+    def conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.conv2d(x, w) * 2 + 1
+
+    x, w = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last), torch.randn(8, 4, 3, 3)
+    ex = fl.explore(conv, x, w)
+    strides = [value for kernel in checked(ex).values() for role, value in kernel if role == "stride"]
+    assert strides and set(strides) == {"convolution"}, checked(ex)
+    for fresh in (torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)):
+        torch.testing.assert_close(ex(fresh, w), conv(fresh, w))
+
+
+def test_an_unsafe_split_is_a_view_of_its_input_and_checked() -> None:
+    # aten's unsafe_split returns views of its input though its schema names no alias: the caller's alignment
+    def halves(x: torch.Tensor) -> torch.Tensor:
+        a, b = torch.ops.aten.unsafe_split.Tensor(x, x.shape[1] // 2, 1)
+        return a * 2 + b
+
+    ex = fl.explore(halves, torch.randn(8, 16))
+    (roles,) = checked(ex).values()
+    assert {value for role, value in roles if role == "input"} == {"unsafe_split", "output_of"}, roles  # both halves
+    misaligned = torch.randn(8 * 16 + 1)[1:].view(8, 16)
+    torch.testing.assert_close(ex(misaligned), halves(misaligned))
+
+
+@pytest.mark.gpu
+def test_layouts_and_alignments_changing_between_calls_stay_right_on_the_gpu() -> None:
+    # the direct launch re-specialises where an extern's result changes layout (a convolution of a channels-last
+    # input, then of an NCHW one) and where an unsafe view of an input changes alignment
+    needs_cuda()
+
+    def conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.conv2d(x, w) * 2 + 1
+
+    def halves(x: torch.Tensor) -> torch.Tensor:
+        a, b = torch.ops.aten.unsafe_split.Tensor(x, x.shape[1] // 2, 1)
+        return a * 2 + b
+
+    w = torch.randn(8, 4, 3, 3, device="cuda")
+
+    def image(channels_last: bool) -> torch.Tensor:
+        x = torch.randn(2, 4, 6, 6, device="cuda")
+        return x.to(memory_format=torch.channels_last) if channels_last else x
+
+    ex = fl.explore(conv, image(True), w)
+    for channels_last in (True, False, True, False):
+        x = image(channels_last)
+        torch.testing.assert_close(ex(x, w), conv(x, w))
+    ex = fl.explore(halves, torch.randn(64, 128, device="cuda"))
+    for offset in (0, 0, 1, 1, 0):
+        x = torch.randn(64 * 128 + offset, device="cuda")[offset:].view(64, 128)
+        torch.testing.assert_close(ex(x), halves(x))

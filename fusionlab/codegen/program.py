@@ -333,18 +333,19 @@ class ProgramWriter:
         return needed
 
     def _same_on_every_call(self, argument: KernelArgument, aliases: dict[str, str]) -> bool:
-        """A launch argument that is the same, as Triton specialises it, on every call: a tensor at the same
-        address (modulo 16), or a stride or size of one in a program without symbolic sizes."""
-        value = aliases.get(argument.value, argument.value)
+        """A launch argument that is the same, as Triton specialises it, on every call: a tensor at the same address
+        (modulo 16), or a size read at run time in a program without symbolic sizes (the inputs' sizes are checked
+        on every call). A stride read at run time is not: an extern's result follows its inputs' layout (a
+        convolution of a channels-last input), and inputs' strides are the caller's."""
         if argument.role in ("input", "output"):
-            return self._same_address(value)
-        return argument.role in ("stride", "extent") and not self.captured.symbols and self._same_address(value)
+            return self._same_address(aliases.get(argument.value, argument.value))
+        return argument.role == "extent" and not self.captured.symbols
 
     def _same_address(self, value: str) -> bool:
         """Whether `value` lies at the same address modulo 16 on every call (CUDA's allocator aligns what it
         allocates to 512 bytes): a buffer the program allocates (a kernel's output, the fresh result of an extern op
-        whose schema returns no alias), or a view of one at an offset fixed when the program is built. An input, or a
-        view of one, is not: the caller passes it."""
+        whose schema returns no alias, not an unsafe view nor composed of other ops), or a view of one at an offset
+        fixed when the program is built. An input, or a view of one, is not: the caller passes it."""
         node = self.graph[value]
         if value in self.wrapper_views:
             if not node.inputs or not self._same_address(node.inputs[0]):
@@ -353,8 +354,13 @@ class ProgramWriter:
             return isinstance(offset, int) or not self.captured.symbols
         if value in self.extern_nodes:
             target = node.param("target")
-            returns = getattr(getattr(target, "_schema", None), "returns", None)
-            return returns is not None and all(r.alias_info is None for r in returns)
+            schema = getattr(target, "_schema", None)
+            # unsafe_split, unsafe_chunk, _unsafe_view: views of their input whose schema says no alias; ops
+            # composed of others (dropout, type_as) may return their input itself
+            if schema is None or "unsafe" in schema.name or torch._C._dispatch_has_kernel_for_dispatch_key(
+                    target.name(), "CompositeImplicitAutograd"):
+                return False
+            return all(r.alias_info is None for r in schema.returns)
         return value in self.allocated
 
     def _view_source(self, value: str) -> str:
