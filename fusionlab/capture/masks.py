@@ -19,6 +19,8 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+from fusionlab.capture.constants import NotConstant, evaluate
+
 __all__ = ["drop_empty_masks"]
 
 _MAX_ELEMENTS = 1 << 24  # a mask is evaluated only if it is no larger
@@ -55,10 +57,6 @@ _ALIASING_METHODS = {
 }
 
 
-class _NotConstant(Exception):
-    pass
-
-
 def drop_empty_masks(graph_module: torch.fx.GraphModule) -> list[str]:
     """Remove, in place, the `attn_mask` of every `scaled_dot_product_attention` call whose mask depends on sizes
     alone and keeps every position; returns the names of those calls. The mask's own nodes stay (a Dynamo graph is
@@ -83,8 +81,8 @@ def drop_empty_masks(graph_module: torch.fx.GraphModule) -> list[str]:
 def _keeps_everything(mask: torch.fx.Node, attention: torch.fx.Node) -> bool:
     memo: dict[torch.fx.Node, Any] = {}
     try:
-        value = _evaluate(mask, memo)
-    except _NotConstant:
+        value = evaluate(mask, memo, _dynamo_step)
+    except NotConstant:
         return False
     except Exception:  # noqa: BLE001 - an op that does not run on these values: the mask stays
         return False
@@ -151,31 +149,22 @@ def _mutates(node: torch.fx.Node) -> bool:
     return (base.endswith("_") and not base.endswith("__")) or (base.startswith("__i") and base.endswith("__"))
 
 
-def _evaluate(value: Any, memo: dict[torch.fx.Node, Any]) -> Any:
-    """A node's value computed from constants alone; raises _NotConstant where it reads anything else."""
-    if isinstance(value, (list, tuple)):
-        return type(value)(_evaluate(v, memo) for v in value)
-    if isinstance(value, slice):
-        return slice(_evaluate(value.start, memo), _evaluate(value.stop, memo), _evaluate(value.step, memo))
-    if isinstance(value, dict):
-        return {key: _evaluate(v, memo) for key, v in value.items()}
-    if not isinstance(value, torch.fx.Node):
-        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise _NotConstant
-        return value
-    if value in memo:
-        return memo[value]
-    example = value.meta.get("example_value")
+def _dynamo_step(node: torch.fx.Node) -> Any:
+    """What a Dynamo graph's node runs when its value is computed at capture: a torch function or tensor method of
+    the allow-list, on a tensor of known, small size."""
+    example = node.meta.get("example_value")
     if isinstance(example, torch.Tensor):
         numel = example.numel()
         if not isinstance(numel, int) or numel > _MAX_ELEMENTS:
-            raise _NotConstant
-    args, kwargs = _evaluate(value.args, memo), _evaluate(dict(value.kwargs), memo)
-    if value.op == "call_function" and value.target in _FUNCTIONS:
-        result = value.target(*args, **kwargs)
-    elif value.op == "call_method" and value.target in _METHODS and isinstance(args[0], torch.Tensor):
-        result = getattr(args[0], value.target)(*args[1:], **kwargs)
-    else:
-        raise _NotConstant
-    memo[value] = result
-    return result
+            raise NotConstant
+    if node.op == "call_function" and node.target in _FUNCTIONS:
+        return node.target
+    if node.op == "call_method" and node.target in _METHODS:
+        name = node.target
+
+        def method(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if not isinstance(tensor, torch.Tensor):
+                raise NotConstant
+            return getattr(tensor, name)(*args, **kwargs)
+        return method
+    raise NotConstant

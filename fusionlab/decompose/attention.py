@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from fusionlab.capture.constants import NotConstant, evaluate
+
 aten = torch.ops.aten
 
 REASON = ("is softmax(q @ k^T * scale + mask) @ v, matched as one attention (decompose/attention.py): runs PyTorch's "
@@ -317,10 +319,6 @@ def _exact_number(value: Any, dtype: torch.dtype) -> bool:
     return value != value or float(torch.tensor(float(value), dtype=dtype).item()) == float(value)
 
 
-class _NotConstant(Exception):
-    pass
-
-
 _MAX_FOLDED = 1 << 24  # elements: a mask is evaluated at capture only if it is no larger
 
 
@@ -328,30 +326,22 @@ def _all_zero(mask: torch.fx.Node) -> bool:
     """Whether `mask` reads no input and is zero everywhere: computed now from sizes alone (aranges, comparisons,
     `where` of constants, expands), as it will be at every call of a program built for these sizes."""
     try:
-        value = _constant(mask, {})
-    except _NotConstant:
+        value = evaluate(mask, {}, _aten_step)
+    except NotConstant:
         return False
     return isinstance(value, torch.Tensor) and not bool(value.any())
 
 
-def _constant(value: Any, memo: dict[torch.fx.Node, Any]) -> Any:
-    """The value of a node that depends on no input, evaluated with its op; raises _NotConstant otherwise."""
-    if isinstance(value, (list, tuple)):
-        return type(value)(_constant(v, memo) for v in value)
-    if not isinstance(value, torch.fx.Node):
-        return value
-    if value in memo:
-        return memo[value]
-    target, meta = value.target, _meta(value)
-    if (value.op != "call_function" or not isinstance(target, torch._ops.OpOverload)
+def _aten_step(node: torch.fx.Node) -> Any:
+    """What an aten graph's node runs when its value is folded: a pure, deterministic aten op of a small tensor with
+    static sizes."""
+    target, meta = node.target, _meta(node)
+    if (node.op != "call_function" or not isinstance(target, torch._ops.OpOverload)
             or target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags
             or not isinstance(meta, torch.Tensor) or meta.numel() > _MAX_FOLDED
             or any(isinstance(d, torch.SymInt) for d in meta.shape)):
-        raise _NotConstant
-    args = _constant(list(value.args), memo)
-    kwargs = {key: _constant(v, memo) for key, v in value.kwargs.items()}
-    memo[value] = target(*args, **kwargs)
-    return memo[value]
+        raise NotConstant
+    return target
 
 
 def _compatible(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...]) -> bool:
