@@ -208,3 +208,43 @@ def test_layouts_and_alignments_changing_between_calls_stay_right_on_the_gpu() -
     for offset in (0, 0, 1, 1, 0):
         x = torch.randn(64 * 128 + offset, device="cuda")[offset:].view(64, 128)
         torch.testing.assert_close(ex(x), halves(x))
+
+
+def test_a_slice_of_an_extern_result_of_unknown_layout_is_checked() -> None:
+    # flip's result follows its input's layout, so the slice's offset in bytes does too (16-byte aligned one call,
+    # 8 bytes off the next); sort's values the same, through a multi-output extern
+    def flipped(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.flip(x, [2])
+        return y, y[1:] * 2
+
+    def sorted_rows(x: torch.Tensor) -> torch.Tensor:
+        return torch.sort(x, 2).values[1:] * 2
+
+    for fn in (flipped, sorted_rows):
+        ex = fl.explore(fn, torch.randn(3, 2, 2))
+        (roles,) = checked(ex).values()
+        assert any(role == "input" and ex.decomposed.graph[value].op == "slice" for role, value in roles), roles
+        x = torch.randn(3, 2, 2).transpose(0, 1).contiguous().transpose(0, 1)
+        torch.testing.assert_close(ex(x), fn(x))
+
+
+def test_an_extern_that_may_return_its_input_is_checked() -> None:
+    # dequantize of a float tensor returns the tensor itself, though its schema names no alias
+    def dequantized(x: torch.Tensor) -> torch.Tensor:
+        return x.dequantize() * 2 + 1
+
+    ex = fl.explore(dequantized, torch.randn(8, 16))
+    (roles,) = checked(ex).values()
+    assert roles and roles[0][0] == "input", roles
+    misaligned = torch.randn(8 * 16 + 1)[1:].view(8, 16)
+    torch.testing.assert_close(ex(misaligned), dequantized(misaligned))
+
+
+def test_results_of_ops_known_to_allocate_are_not_checked() -> None:
+    from fusionlab.codegen.program import _allocates
+
+    assert _allocates(torch.ops.aten.addmm.default) and _allocates(torch.ops.aten.convolution.default)
+    assert _allocates(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default)
+    for op in (torch.ops.aten.dequantize.self, torch.ops.aten.unsafe_split.Tensor, torch.ops.aten.flip.default,
+               torch.ops.aten.alias.default):
+        assert not _allocates(op), op

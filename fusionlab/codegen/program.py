@@ -95,7 +95,8 @@ class ProgramWriter:
         # (a result the caller also gets keeps its own layout unless a kernel reads it directly)
         read = self.kernel_reads | (through_views - set(graph.outputs))
         self.dense_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
-                              if name in read and not graph[name].param("outputs") and _traced_dense(graph[name].type)}
+                              if name in read and not graph[name].param("outputs") and graph[name].type.rank >= 2
+                              and _traced_dense(graph[name].type)}
 
     def var(self, value: str) -> str:
         return self.namer.identifier(value, f"value:{value}")
@@ -133,11 +134,7 @@ class ProgramWriter:
     # -- pieces ---------------------------------------------------------------------------------
     def contiguous_values(self) -> set[str]:
         """The values kernels may index as dense row-major tensors."""
-        dense: set[str] = set()
-        for spec, name in zip(self.captured.inputs, self.graph.inputs):
-            strides = spec.type.strides
-            if strides is not None and tuple(strides) == tuple(contiguous_strides(spec.type.shape)):
-                dense.add(name)
+        dense = {name for spec, name in zip(self.captured.inputs, self.graph.inputs) if _traced_dense(spec.type)}
         for group in self.fused.groups:
             if group.is_kernel:
                 dense.update(group.outputs)
@@ -343,24 +340,20 @@ class ProgramWriter:
 
     def _same_address(self, value: str) -> bool:
         """Whether `value` lies at the same address modulo 16 on every call (CUDA's allocator aligns what it
-        allocates to 512 bytes): a buffer the program allocates (a kernel's output, the fresh result of an extern op
-        whose schema returns no alias, not an unsafe view nor composed of other ops), or a view of one at an offset
-        fixed when the program is built. An input, or a view of one, is not: the caller passes it."""
+        allocates to 512 bytes): a buffer the program allocates (a kernel's output, the result of an extern op known
+        to allocate its result, `FRESH_RESULTS`), or a view of one whose offset is fixed when the program is built.
+        An input, or a view of one, is not: the caller passes it. Nor is a slice of an extern's result whose layout
+        is not known (its offset follows the result's strides, which follow the inputs' layout)."""
         node = self.graph[value]
         if value in self.wrapper_views:
             if not node.inputs or not self._same_address(node.inputs[0]):
                 return False
             offset = self.layouts[value][1] if value in self.layouts else None
-            return isinstance(offset, int) or not self.captured.symbols
+            if isinstance(offset, int):
+                return True
+            return not self.captured.symbols and node.op not in ("slice", "select")  # views at offset 0
         if value in self.extern_nodes:
-            target = node.param("target")
-            schema = getattr(target, "_schema", None)
-            # unsafe_split, unsafe_chunk, _unsafe_view: views of their input whose schema says no alias; ops
-            # composed of others (dropout, type_as) may return their input itself
-            if schema is None or "unsafe" in schema.name or torch._C._dispatch_has_kernel_for_dispatch_key(
-                    target.name(), "CompositeImplicitAutograd"):
-                return False
-            return all(r.alias_info is None for r in schema.returns)
+            return _allocates(node.param("target"))
         return value in self.allocated
 
     def _view_source(self, value: str) -> str:
@@ -410,11 +403,31 @@ def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,
     return ProgramWriter(graph, fused, captured, force_looped).write(names)
 
 
+# Extern ops that always allocate their results (no view of an input, no input returned as it is: `dequantize` of a
+# float tensor, `unsafe_split` and dropout in eval mode do), so a result's address is aligned on every call
+FRESH_RESULTS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
+                           "aten::_convolution", "aten::convolution_backward", "aten::max_pool2d_with_indices",
+                           "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d", "aten::avg_pool2d_backward",
+                           "aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::native_batch_norm",
+                           "aten::native_batch_norm_backward", "aten::_native_batch_norm_legit_no_training",
+                           "aten::embedding_dense_backward", "aten::_softmax", "aten::_log_softmax"})
+FRESH_PREFIXES = ("aten::_scaled_dot_product_", "aten::_flash_attention_", "aten::_efficient_attention_")
+
+
+def _allocates(target: Any) -> bool:
+    """Whether extern `target` always allocates its results: an op of `FRESH_RESULTS` whose schema returns no
+    alias."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not (schema.name in FRESH_RESULTS or schema.name.startswith(FRESH_PREFIXES)):
+        return False
+    return all(r.alias_info is None for r in schema.returns)
+
+
 def _literal(text: str) -> bool:
     """A launch argument written as a number: the same on every call."""
     return text.removeprefix("-").isdigit()
 
 
 def _traced_dense(value: TensorType) -> bool:
-    strides = value.strides
-    return value.rank >= 2 and strides is not None and tuple(strides) == tuple(contiguous_strides(value.shape))
+    """Dense row-major as traced (strides known and contiguous)."""
+    return value.strides is not None and tuple(value.strides) == tuple(contiguous_strides(value.shape))
