@@ -64,7 +64,6 @@ class LaunchRecord(NamedTuple):
     rnumel: int
 
 
-
 class Runnable:
     """The program's handles and wrapper; `compile_workers` is how the kernels compile at once before the first
     CUDA call ("processes" or "threads")."""
@@ -77,11 +76,9 @@ class Runnable:
         self.compile_workers = compile_workers
         self._records: list[LaunchRecord] = []
         self._prepared: set[torch.device] = set()
-        namespace: dict[str, Any] = {"torch": torch, "allocator": allocator, "reinterpret": reinterpret,
-                                     "triton": triton,
-                                     "launch": KernelHandle.launch,
-                                     **program.namespace_constants,
-                                     **{h.name: h for h in self.handles}}
+        namespace: dict[str, Any] = {"torch": torch, "triton": triton, "allocator": allocator,
+                                     "reinterpret": reinterpret, "launch": KernelHandle.launch,
+                                     **program.namespace_constants, **{h.name: h for h in self.handles}}
         code = compile(program.wrapper, "<fusionlab program>", "exec")
         exec(code, namespace)  # noqa: S102 - our own generated source
         self.function = namespace["fusionlab_program"]
