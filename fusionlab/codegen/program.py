@@ -416,9 +416,11 @@ FRESH_PREFIXES = ("aten::_scaled_dot_product_", "aten::_flash_attention_", "aten
 
 def _allocates(target: Any) -> bool:
     """Whether extern `target` always allocates its results: an op of `FRESH_RESULTS` whose schema returns no
-    alias."""
+    alias, with a kernel of its own (an op composed of others may return what one of them returns)."""
     schema = getattr(target, "_schema", None)
     if schema is None or not (schema.name in FRESH_RESULTS or schema.name.startswith(FRESH_PREFIXES)):
+        return False
+    if torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):
         return False
     return all(r.alias_info is None for r in schema.returns)
 
