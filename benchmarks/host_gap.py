@@ -14,7 +14,6 @@ import cProfile
 import gc
 import io
 import pstats
-import statistics
 import sys
 import time
 
@@ -22,18 +21,8 @@ import torch
 from triton.testing import do_bench
 
 from fusionlab import models
+from fusionlab.measure.timing import idle_host_ms
 from fusionlab.runtime import direct
-
-
-def idle_host_ms(step, repeat: int = 15) -> float:
-    seconds = []
-    for _ in range(repeat):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        seconds.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-    return statistics.median(seconds) * 1e3
 
 
 def pipelined_ms(step, calls: int = 50) -> float:

@@ -7,29 +7,16 @@ Inductor's and eager's; and the GPU times (`do_bench`) of fusionlab and Inductor
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import triton
 
 import fusionlab as fl
+from fusionlab.measure.timing import idle_host_ms
 from fusionlab.measure.workloads import get
-
-
-def host_ms(run: Callable[[], Any], calls: int = 200) -> float:
-    """Median wall time of one call, synchronised before (not inside): the host's own time to issue the work."""
-    times = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-    return statistics.median(times) * 1e3
 
 
 def main(out: str, name: str) -> None:
@@ -45,13 +32,13 @@ def main(out: str, name: str) -> None:
         got = compiled(*flat)
         torch.testing.assert_close(got[0].float(), expected.float(), atol=6e-2, rtol=5e-2)
         comp(*inputs)
-        row["fusionlab_host_ms"] = host_ms(lambda: compiled(*flat))
-        row["inductor_host_ms"] = host_ms(lambda: comp(*inputs))
-        row["eager_host_ms"] = host_ms(lambda: fn(*inputs))
+        row["fusionlab_host_ms"] = idle_host_ms(lambda: compiled(*flat), calls=200)
+        row["inductor_host_ms"] = idle_host_ms(lambda: comp(*inputs), calls=200)
+        row["eager_host_ms"] = idle_host_ms(lambda: fn(*inputs), calls=200)
         namespace = compiled.function.__globals__
         original = namespace["launch"]
         namespace["launch"] = lambda handle, *args, xnumel, rnumel=1: None
-        row["fusionlab_without_launches_host_ms"] = host_ms(lambda: compiled.function(*flat))
+        row["fusionlab_without_launches_host_ms"] = idle_host_ms(lambda: compiled.function(*flat), calls=200)
         namespace["launch"] = original
         row["fusionlab_gpu_ms"] = triton.testing.do_bench(lambda: compiled.function(*flat), return_mode="median")
         row["inductor_gpu_ms"] = triton.testing.do_bench(lambda: comp(*inputs), return_mode="median")

@@ -117,14 +117,10 @@ def _host_ms(step: Step, device: torch.device, repeat: int) -> float | None:
     """Median milliseconds until a call returns, started on an idle GPU and not waited for: the host's issue time."""
     if device.type != "cuda":
         return None
-    seconds = []
-    for _ in range(max(repeat, 5)):
-        torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        step()
-        seconds.append(time.perf_counter() - start)
-    torch.cuda.synchronize(device)
-    return statistics.median(seconds) * 1e3
+    from fusionlab.measure.timing import idle_host_ms
+
+    with torch.cuda.device(device):
+        return idle_host_ms(step, calls=max(repeat, 5))
 
 
 def _step_marked(run: Callable[..., Any]) -> Callable[..., Any]:

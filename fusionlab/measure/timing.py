@@ -94,6 +94,19 @@ def device_of(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> torch.device:
     return torch.device("cpu")
 
 
+def idle_host_ms(run: Callable[[], Any], *, calls: int = 15) -> float:
+    """Median milliseconds until one call of `run` returns, started on an idle GPU (synchronised before, not
+    inside): the host's own time to issue the work (CUDA only)."""
+    seconds = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return statistics.median(seconds) * 1e3
+
+
 def median_wall_ms(run: Callable[[], Any], *, repeat: int = 20, warmup: int = 3, warmup_s: float = 0.0) -> float:
     """Median wall-clock milliseconds of `run()` over `repeat` runs, after `warmup` untimed ones (and more, up to
     100, until `warmup_s` seconds have passed: a sub-millisecond call needs more than three to settle)."""

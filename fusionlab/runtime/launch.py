@@ -69,7 +69,8 @@ class KernelHandle:
         return KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
 
     def launch(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
-        fast = self.ready.get((xnumel, rnumel, args[-1]) if self.kind == "matmul" else (xnumel, rnumel))
+        key = (xnumel, rnumel, args[-1]) if self.kind == "matmul" else (xnumel, rnumel)
+        fast = self.ready.get(key)
         if fast is not None and fast.device == args[0].get_device() == current_cuda_device():
             fast(args)  # the hot path: the compiled kernel's own launcher, on the current device
             return
@@ -90,7 +91,6 @@ class KernelHandle:
             if self.compiled is None:
                 self.compiled = compiled
             if device.index == current_cuda_device():  # launches on another device take this path
-                key = (xnumel, rnumel, args[-1]) if self.kind == "matmul" else (xnumel, rnumel)
                 self.ready[key] = DirectLaunch(self.function("cuda"), config.grid(shape), shape.numels,
                                                meta=config.meta(shape), checks=self.checks, device=device.index,
                                                **config.options())

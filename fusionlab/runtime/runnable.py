@@ -31,13 +31,12 @@ def _as_strided(base: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ..
     return base.as_strided(size, stride, base.storage_offset() + offset)
 
 
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)  # torch's C helpers for Inductor's wrapper
 # A view of `base` with these sizes and strides, `offset` elements past base's own offset, made in one step: torch's
-# C function for it (Inductor's wrapper uses it; it makes no autograd view: programs run without grad), else as_strided
-reinterpret = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_reinterpret_tensor", _as_strided)
-
-
-_EMPTY_CUDA = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_empty_strided_cuda", None)
-_EMPTY_CPU = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_empty_strided_cpu", None)
+# C function for it (it makes no autograd view: programs run without grad), else as_strided
+reinterpret = getattr(_GUARDS, "_reinterpret_tensor", _as_strided)
+_EMPTY_CUDA = getattr(_GUARDS, "_empty_strided_cuda", None)
+_EMPTY_CPU = getattr(_GUARDS, "_empty_strided_cpu", None)
 
 
 def allocator(device: torch.device) -> Callable[[tuple[int, ...], tuple[int, ...], torch.dtype], torch.Tensor]:
