@@ -241,7 +241,7 @@ def test_an_extern_that_may_return_its_input_is_checked() -> None:
 
 
 def test_results_of_ops_known_to_allocate_are_not_checked() -> None:
-    from fusionlab.codegen.program import _allocates
+    from fusionlab.codegen.launch_checks import _allocates
 
     assert _allocates(torch.ops.aten.addmm.default) and _allocates(torch.ops.aten.convolution.default)
     assert _allocates(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default)

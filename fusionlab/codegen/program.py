@@ -21,8 +21,9 @@ import torch
 from torch.utils._sympy.printers import PythonPrinter
 
 from fusionlab.capture import CaptureResult
-from fusionlab.codegen.kernel import KernelArgument, KernelSource, KernelWriter
+from fusionlab.codegen.kernel import KernelSource, KernelWriter
 from fusionlab.codegen.kinds import TILE_KINDS
+from fusionlab.codegen.launch_checks import LaunchChecks
 from fusionlab.codegen.matmul import MatmulWriter
 from fusionlab.codegen.plan import plan_kernel
 from fusionlab.codegen.preamble import KERNEL_PREAMBLE
@@ -193,7 +194,7 @@ class ProgramWriter:
                 args.append(render_dim(argument.amount) if argument.amount is not None else str(int(argument.expr)))
         self.launch_checks[name] = tuple(
             i for i, (argument, text) in enumerate(zip(source.arguments, args))
-            if not (_literal(text) or self._same_on_every_call(argument, aliases)))
+            if not (_literal(text) or self.checks.same_on_every_call(argument, aliases)))
         domain = group.domain
         assert domain is not None
         tiles = source.kind in TILE_KINDS
@@ -271,6 +272,8 @@ class ProgramWriter:
         # returned view of the caller's tensor no longer one, otherwise)
         inputs = set(self.graph.inputs)
         self.layouts = self.known_layouts({v for v in dense if v not in inputs or v in read})
+        self.checks = LaunchChecks(self.graph, self.wrapper_views, self.layouts, self.extern_nodes, self.allocated,
+                                   symbolic=bool(self.captured.symbols))
         self.view_aliases = {v: self._view_source(v) for v, (_, offset) in self.layouts.items()
                              if v not in dense and offset == 0}
         self.dense_views = {v: source for v, source in self.view_aliases.items()
@@ -329,33 +332,6 @@ class ProgramWriter:
                 needed.add(name)
         return needed
 
-    def _same_on_every_call(self, argument: KernelArgument, aliases: dict[str, str]) -> bool:
-        """A launch argument that is the same, as Triton specialises it, on every call: a tensor at the same address
-        (modulo 16), or a size read at run time in a program without symbolic sizes (the inputs' sizes are checked
-        on every call). A stride read at run time is not: an extern's result follows its inputs' layout (a
-        convolution of a channels-last input), and inputs' strides are the caller's."""
-        if argument.role in ("input", "output"):
-            return self._same_address(aliases.get(argument.value, argument.value))
-        return argument.role == "extent" and not self.captured.symbols
-
-    def _same_address(self, value: str) -> bool:
-        """Whether `value` lies at the same address modulo 16 on every call (CUDA's allocator aligns what it
-        allocates to 512 bytes): a buffer the program allocates (a kernel's output, the result of an extern op known
-        to allocate its result, `FRESH_RESULTS`), or a view of one whose offset is fixed when the program is built.
-        An input, or a view of one, is not: the caller passes it. Nor is a slice of an extern's result whose layout
-        is not known (its offset follows the result's strides, which follow the inputs' layout)."""
-        node = self.graph[value]
-        if value in self.wrapper_views:
-            if not node.inputs or not self._same_address(node.inputs[0]):
-                return False
-            offset = self.layouts[value][1] if value in self.layouts else None
-            if isinstance(offset, int):
-                return True
-            return not self.captured.symbols and node.op not in ("slice", "select")  # views at offset 0
-        if value in self.extern_nodes:
-            return _allocates(node.param("target"))
-        return value in self.allocated
-
     def _view_source(self, value: str) -> str:
         """The value a chain of wrapper views starts from (a kernel's output that is itself a view node is where the
         chain starts: it is made, whatever it is inside its kernel)."""
@@ -401,28 +377,6 @@ def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,
                      force_looped: bool = False) -> Program:
     names = [spec.name for spec in captured.inputs]
     return ProgramWriter(graph, fused, captured, force_looped).write(names)
-
-
-# Extern ops that always allocate their results (no view of an input, no input returned as it is: `dequantize` of a
-# float tensor, `unsafe_split` and dropout in eval mode do), so a result's address is aligned on every call
-FRESH_RESULTS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
-                           "aten::_convolution", "aten::convolution_backward", "aten::max_pool2d_with_indices",
-                           "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d", "aten::avg_pool2d_backward",
-                           "aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::native_batch_norm",
-                           "aten::native_batch_norm_backward", "aten::_native_batch_norm_legit_no_training",
-                           "aten::embedding_dense_backward", "aten::_softmax", "aten::_log_softmax"})
-FRESH_PREFIXES = ("aten::_scaled_dot_product_", "aten::_flash_attention_", "aten::_efficient_attention_")
-
-
-def _allocates(target: Any) -> bool:
-    """Whether extern `target` always allocates its results: an op of `FRESH_RESULTS` whose schema returns no
-    alias, with a kernel of its own (an op composed of others may return what one of them returns)."""
-    schema = getattr(target, "_schema", None)
-    if schema is None or not (schema.name in FRESH_RESULTS or schema.name.startswith(FRESH_PREFIXES)):
-        return False
-    if torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):
-        return False
-    return all(r.alias_info is None for r in schema.returns)
 
 
 def _literal(text: str) -> bool:
