@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import fusionlab as fl
 from fusionlab import GroupInfo, Verdict
+from fusionlab.compare import TOLERANCES
 from tests.cases import CASES, find
 
 
@@ -258,3 +261,84 @@ def test_other_copies_of_a_transpose_keep_the_transposed_order(fn: object) -> No
     got = ex(*fresh)
     torch.testing.assert_close(got, fn(*fresh))  # type: ignore[operator]
     assert got.is_contiguous()
+
+
+# -- fusion through a permute: the kernel reads the reordered dimensions by index, nothing is written in between ----
+def _nhwc(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x * scale + shift).permute(0, 2, 3, 1).contiguous()
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 4, 4, 4)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_pointwise_chain_writes_straight_into_a_permuted_layout(shape: tuple[int, ...], dtype: torch.dtype,
+                                                                  device: str) -> None:
+    """relu(x * s + b).permute(0, 2, 3, 1).contiguous() is one kernel: the permute is index arithmetic, x is read
+    at the reordered index and the result written in NHWC order (square sizes included: no shape-based guess)."""
+    def make() -> tuple[torch.Tensor, ...]:
+        return (torch.randn(shape, device=device, dtype=dtype),
+                torch.randn(1, shape[1], 1, 1, device=device, dtype=dtype),
+                torch.randn(1, shape[1], 1, 1, device=device, dtype=dtype))
+
+    ex = fl.explore(_nhwc, *make())
+    assert len(ex.fused.kernels) == 1, ex.fused.as_text()
+    assert not [g for g in ex.fused.groups if g.kind == "view"], "no view between kernels"
+    fresh = make()
+    got = ex(*fresh)
+    atol, rtol = TOLERANCES[dtype]  # bfloat16: eager rounds x * s before adding b, the kernel keeps float32
+    torch.testing.assert_close(got, _nhwc(*fresh), atol=atol, rtol=rtol)
+    assert got.is_contiguous()
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: (x.sin() * 2).transpose(-2, -1) + x,  # a computed value read transposed and in order
+    lambda x: torch.softmax(x.transpose(-2, -1) * 3, -1),  # a reduction over a transposed input
+    lambda x: x.exp().permute(0, 2, 1).sum(-1),  # a reduction over a permuted computed value
+    lambda x: (x.relu(), x.relu().transpose(-2, -1).contiguous()),  # one value stored in both orders
+], ids=["transposed_and_not", "softmax_of_transpose", "sum_of_permute", "both_orders"])
+@pytest.mark.parametrize("n", [4, 5])
+def test_permutes_inside_kernels_match_eager(fn: Any, n: int, device: str) -> None:
+    ex = fl.explore(fn, torch.randn(3, n, n, device=device))
+    assert len(ex.fused.kernels) == 1, ex.fused.as_text()
+    fresh = torch.randn(3, n, n, device=device)
+    expected, got = fn(fresh), ex(fresh)
+    expected, got = (v if isinstance(v, tuple) else (v,) for v in (expected, got))
+    for e, g in zip(expected, got, strict=True):
+        torch.testing.assert_close(g, e)
+
+
+def test_a_reduction_read_through_a_permute_is_not_fused() -> None:
+    """x / x.sum(1, keepdim=True).t() on a square x reads the sums along the other axis: two kernels, and why."""
+    ex = fl.explore(lambda x: x / x.sum(1, keepdim=True).t(), torch.rand(5, 5))
+    assert len(ex.fused.kernels) == 2
+    assert any("along another axis" in d.reason for d in ex.fused.decisions if not d.fused), ex.fused.as_text()
+    fresh = torch.rand(5, 5)
+    torch.testing.assert_close(ex(fresh), fresh / fresh.sum(1, keepdim=True).t())
+
+
+def test_a_transposed_product_is_not_an_epilogue() -> None:
+    """A Triton matmul's epilogue sees the accumulator's tile at its own positions: (a @ b).t() + c runs the add in
+    a kernel of its own, and says why; a transposed operand of the epilogue (a @ b + c.t()) still fuses."""
+    a, b, c = (torch.randn(16, 16) for _ in range(3))
+    ex = fl.explore(lambda a, b, c: (a @ b).t() + c, a, b, c, matmul="triton")
+    assert len(ex.fused.kernels) == 2
+    assert any("other positions than its own" in d.reason for d in ex.fused.decisions if not d.fused)
+    torch.testing.assert_close(ex(a, b, c), (a @ b).t() + c)
+    ex = fl.explore(lambda a, b, c: torch.relu(a @ b + c.t()), a, b, c, matmul="triton")
+    assert len(ex.fused.kernels) == 1, ex.fused.as_text()
+    torch.testing.assert_close(ex(a, b, c), torch.relu(a @ b + c.t()))
+
+
+def test_a_view_an_extern_also_reads_stays_between_kernels() -> None:
+    """q = x.t() read by a kernel and by a matrix product: the kernel does not write a copy of q for the product
+    (between kernels, the view costs nothing)."""
+    def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q = x.t()
+        return q * 2, q @ w
+
+    x, w = torch.randn(6, 5), torch.randn(6, 3)
+    ex = fl.explore(fn, x, w)
+    (kernel,) = ex.fused.kernels
+    assert kernel.outputs == ("mul",), ex.fused.as_text()
+    assert any("stays a view between kernels" in d.reason for d in ex.fused.decisions if not d.fused)
+    for got, expected in zip(ex(x, w), fn(x, w)):
+        torch.testing.assert_close(got, expected)

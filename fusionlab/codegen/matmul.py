@@ -90,7 +90,13 @@ class MatmulWriter(KernelWriter):
 
     def emit(self, value: str, index_map: IndexMap, scope: _Scope) -> str:
         if value == self.product.name:
-            return "acc"  # the epilogue reads the product from the accumulator
+            # The epilogue reads the product from the accumulator, at the tile's own positions only: fusion
+            # (domain.misread) keeps a reordered read of it out of the kernel.
+            if any(e != d and not (e is None and size == 1)
+                   for d, (e, size) in enumerate(zip(index_map, self.product.type.shape))):
+                raise AssertionError(f"{self.name}: the product {value} is read at {index_map}, not at its own "
+                                     "positions: the fusion pass should have kept this reader out of the kernel")
+            return "acc"
         return super().emit(value, index_map, scope)
 
     def _head(self) -> list[str]:

@@ -124,8 +124,10 @@ REDUCTIONS: tuple[str, ...] = ("sum", "mean", "prod", "amax", "amin", "argmax", 
 
 VIEWS: tuple[str, ...] = ("reshape", "expand", "permute", "slice", "select")
 
-# Views that only re-index a value inside a kernel (no element reordering): they can fuse.
-INDEX_VIEWS: tuple[str, ...] = ("reshape", "expand")
+# Views a kernel reads through by index arithmetic alone: a broadcast, a size-1 reshape, a reordering of dimensions
+# (each dimension still walks one domain dimension). They can fuse; a slice or select needs an offset, a reshape
+# that splits or merges dimensions a second index space.
+INDEX_VIEWS: tuple[str, ...] = ("reshape", "expand", "permute")
 
 # Pointwise-kind primitives outside the table above: each computes an element from its *index* rather than only from
 # its operands' elements at the same index, so the kernel writer and the reference interpreter give each its own

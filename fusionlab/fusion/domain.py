@@ -91,13 +91,19 @@ def view_map(graph: Graph, node: Node, index_map: IndexMap) -> IndexMap:
     source = graph[node.inputs[0]].type.shape
     if node.op == "expand":
         return tuple(m if source[i] == node.type.shape[i] else None for i, m in enumerate(index_map))
+    if node.op == "permute":  # the view's dim j is the source's dim dims[j]
+        source_map: list[Any] = [None] * len(source)
+        for j, dim in enumerate(node.param("dims")):
+            source_map[int(dim)] = index_map[j]
+        return tuple(source_map)
     # A size-1 reshape: carry the non-unit dimensions across in order.
     carried = [m for m, size in zip(index_map, node.type.shape) if size != 1]
     return tuple(None if size == 1 else carried.pop(0) for size in source)
 
 
 def view_source(graph: Graph, value: str) -> str:
-    """The value an index-only view chain (expand, size-1 reshape) reads: the tensor whose elements it shows."""
+    """The value an index-only view chain (expand, size-1 reshape, permute) reads: the tensor whose elements it
+    shows."""
     node = graph[value]
     while node.kind == "view" and node.op in INDEX_VIEWS:
         node = graph[node.inputs[0]]
@@ -123,10 +129,12 @@ def reads_own_row(reduction: Node, index_map: IndexMap, domain: Domain) -> bool:
                for size, entry, expected in zip(reduction.type.shape, index_map, own))
 
 
-def misread_reduction(graph: Graph, names: Sequence[str], outputs: Sequence[str], domain: Domain) -> str | None:
-    """Why the kernel over `names` cannot hold one of its reductions (None if it can): a member reads the
-    reduction's result at another index than the reduction's own row. Walks the index maps as codegen emits them:
-    from each stored value and each reduction's source, through views, pointwise ops and concatenations."""
+def misread(graph: Graph, names: Sequence[str], outputs: Sequence[str], domain: Domain) -> str | None:
+    """Why the kernel over `names` would index one of its values wrongly (None if it would not). Walks the index
+    maps as codegen emits them: from each stored value and each reduction's source, through views, pointwise ops and
+    concatenations. Each value must be read at a map of its own rank whose dimensions walk domain dimensions of
+    their size (a permute inside the kernel reorders them; shapes alone say nothing on a square tensor), and a
+    reduction's result only at the row it was reduced into."""
     inside = set(names)
     seen: set[tuple[str, IndexMap]] = set()
     work: list[tuple[str, IndexMap, str]] = [(o, store_map(graph[o], domain), o) for o in outputs]
@@ -142,12 +150,18 @@ def misread_reduction(graph: Graph, names: Sequence[str], outputs: Sequence[str]
             continue
         seen.add((value, index_map))
         node = graph[value]
-        if len(index_map) != node.type.rank:  # a walk this check cannot follow: do not fuse rather than guess
+        if len(index_map) != node.type.rank or not _walks_its_sizes(node, index_map, domain):
+            # a walk this check cannot follow, or one that would index out of the value: do not fuse, never guess
             return f"{user} reads {value} through a layout the kernel cannot index: it runs in a kernel of its own"
         if node.kind == "reduction":
             if not reads_own_row(node, index_map, domain):
                 return (f"{user} reads the reduction result {value} along another axis than the rows it was reduced "
                         "into: needs a second kernel (the result is stored, then read back)")
+        elif node.kind == "matmul":
+            if not all(e == d or (e is None and size == 1)
+                       for d, (e, size) in enumerate(zip(index_map, node.type.shape))):
+                return (f"{user} reads the product {value} at other positions than its own (through a reordering "
+                        "view): an epilogue sees only the accumulator's tile, so it runs as a kernel of its own")
         elif node.kind == "view":
             work.append((node.inputs[0], view_map(graph, node, index_map), value))
         elif node.op == "cat":
@@ -165,6 +179,18 @@ def misread_reduction(graph: Graph, names: Sequence[str], outputs: Sequence[str]
         else:
             work.extend((a.name, index_map, value) for a in node.args if isinstance(a, Ref))
     return None
+
+
+def _walks_its_sizes(node: Node, index_map: IndexMap, domain: Domain) -> bool:
+    """Whether each dimension of `node` read at `index_map` walks a domain dimension of its own size (a size-1 one
+    reads index 0; a slice of a concatenation or padding is checked by its own range guard)."""
+    for size, entry in zip(node.type.shape, index_map):
+        if entry is None:
+            if size != 1:
+                return False
+        elif isinstance(entry, int) and size != domain.shape[entry]:
+            return False
+    return True
 
 
 def _moved_dims(node: Node) -> set[int]:
@@ -238,11 +264,7 @@ def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domai
         if node.kind in ("pointwise", "reduction") and alignment(node.type.shape, domain) is None \
                 and not _reaches_through_expand(node, set(names), graph):
             return f"{node.name} ({node.type.text()}) does not line up with the kernel's shape {tuple(domain.shape)}"
-    if reductions:
-        misread = misread_reduction(graph, names, outputs, domain)
-        if misread:
-            return misread
-    return domain
+    return misread(graph, names, outputs, domain) or domain
 
 
 def _matmul_domain(graph: Graph, nodes: Sequence[Node], outputs: Sequence[str],
@@ -274,13 +296,14 @@ def _matmul_domain(graph: Graph, nodes: Sequence[Node], outputs: Sequence[str],
                 and not _reaches_through_expand(node, group, graph):
             return (f"{node.name} ({node.type.text()}) does not line up with the matmul's output "
                     f"{tuple(domain.shape)}")
-    return domain
+    return misread(graph, list(names), outputs, domain) or domain
 
 
 def _reaches_through_expand(node: Node, group: set[str], graph: Graph) -> bool:
-    """A smaller value inside a group is fine when it only feeds broadcasts (computed per element)."""
+    """A value of another shape inside a group is fine when it only feeds broadcasts and reorderings (computed per
+    element; `misread` checks each read of it against the domain's sizes)."""
     users = [n for n in graph.nodes if node.name in n.inputs and n.name in group]
-    return bool(users) and all(u.op in ("expand", "reshape") or u.kind == "pointwise" for u in users)
+    return bool(users) and all(u.op in INDEX_VIEWS or u.kind == "pointwise" for u in users)
 
 
 # -- the same rules for a pair of whole groups, in the words of a fusion decision -----------------------------------

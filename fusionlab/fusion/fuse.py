@@ -308,6 +308,26 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
     return FuseResult(groups, tuple(decisions), Partitions(graph, merges), policy.name)
 
 
+def _shared_view(partition: _Partition, producer: str, consumer: str) -> str | None:
+    """Why a view stays between kernels although its consumer could take it in (None if it need not): an extern op,
+    a matmul or the caller reads it too, and it shows a graph input or an extern's result, which no kernel computes.
+    In the consumer's kernel it would be written out as a copy for that other reader; between kernels it costs
+    nothing."""
+    if partition.info(producer).kind != "view":
+        return None
+    graph, inside = partition.graph, set(partition.members[producer]) | set(partition.members[consumer])
+    elsewhere = [u for m in partition.members[producer] for u in partition.users[m]
+                 if u not in inside and graph[u].kind in ("extern", "matmul")]
+    elsewhere += ["the caller" for m in partition.members[producer] if m in partition.outputs]
+    if not elsewhere:
+        return None
+    source = partition.external_inputs(producer)[0]
+    if graph[source].kind != "input" and partition.info(partition.group_of[source]).kind != "extern":
+        return None
+    return (f"{partition.members[producer][-1]} is a view of {source} that {elsewhere[0]} reads too: it stays a view "
+            "between kernels (inside this kernel it would be written out as a copy for that reader)")
+
+
 def _first_reduction(partition: _Partition, group: str) -> str:
     return next(m for m in partition.members[group] if partition.graph[m].kind == "reduction")
 
@@ -348,6 +368,9 @@ def _decide(partition: _Partition, policy: Policy, producer: str, consumer: str,
         if blocker is not None:
             raise FusionError(f"cannot force fusing {pair[0]} into {pair[1]}: {blocker}")
         return Verdict(True, "forced by the user (with_fusion(force=...))")
+    shared = _shared_view(partition, producer, consumer)
+    if shared is not None:
+        return Verdict(False, shared)
     verdict = policy.can_fuse(partition.info(producer), partition.info(consumer))
     if not verdict.ok:
         return verdict
