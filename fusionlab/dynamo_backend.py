@@ -31,6 +31,7 @@ from torch._dynamo.backends.registry import register_backend
 
 from fusionlab.capture import fill_template
 from fusionlab.capture.masks import drop_empty_masks
+from fusionlab.decompose.layout import check_layout
 from fusionlab.explore import Exploration, explore
 from fusionlab.runtime.cudagraphs import cudagraph_mode
 
@@ -127,14 +128,14 @@ def _sizes_key(args: Sequence[Any], positions: Sequence[int]) -> tuple[Any, ...]
     return tuple(tuple(args[i].shape) if isinstance(args[i], torch.Tensor) else args[i] for i in positions)
 
 
-def _explore(graph: BackendGraph, args: Sequence[Any],
-             cudagraphs: bool | str = False) -> tuple[Exploration, list[torch.Tensor]]:
+def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = False,
+             conv_layout: str = "auto") -> tuple[Exploration, list[torch.Tensor]]:
     """Explore `graph` at the sizes of `args` (real values), build its kernels now, and find the tensors the graph
     holds itself (constants made inside the function), which lead its inputs."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with torch._guards.tracing(None), unset_fake_temporarily():
-        ex = explore(graph.graph_module, *args, cudagraphs=cudagraphs)
+        ex = explore(graph.graph_module, *args, cudagraphs=cudagraphs, conv_layout=conv_layout)
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
         ex.release_examples()  # the stand-ins: as large as the graph's inputs, and uninitialised anyway
         held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
@@ -144,16 +145,17 @@ def _explore(graph: BackendGraph, args: Sequence[Any],
 
 
 def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *, index: int | None = None,
-                  role: str = "forward", ended_by: str = "", cudagraphs: bool | str = False) -> Callable[..., Any]:
+                  role: str = "forward", ended_by: str = "", cudagraphs: bool | str = False,
+                  conv_layout: str = "auto") -> Callable[..., Any]:
     """Compile one aten graph (forward, backward or inference) into fusionlab kernels (replayed from CUDA graphs
-    with `cudagraphs=`, as in `explore`)."""
+    with `cudagraphs=`, convolutions in the layout `conv_layout` chooses, as in `explore`)."""
     from functorch.compile import make_boxed_func
 
     dynamic_positions = [i for i, value in enumerate(example_inputs) if _is_symbolic(value)]
     graph = BackendGraph(next(_numbers) if index is None else index, role, graph_module, ended_by,
                          bool(dynamic_positions))
     real = [_real(v) for v in example_inputs]
-    first, first_constants = _explore(graph, real, cudagraphs)
+    first, first_constants = _explore(graph, real, cudagraphs, conv_layout)
     graph.explorations[_sizes_key(real, dynamic_positions)] = first
     specialised: dict[tuple[Any, ...], tuple[Exploration, list[torch.Tensor]]] = {
         _sizes_key(real, dynamic_positions): (first, first_constants)}
@@ -167,7 +169,7 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
         if dynamic_positions:
             key = _sizes_key(args, dynamic_positions)
             if key not in specialised:
-                specialised[key] = _explore(graph, args, cudagraphs)
+                specialised[key] = _explore(graph, args, cudagraphs, conv_layout)
                 graph.explorations[key] = specialised[key][0]
             ex, constants = specialised[key]
         outputs = iter(ex.run_flat(constants + [a for a in args if isinstance(a, torch.Tensor)]))
@@ -204,8 +206,10 @@ def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *
     inference graph), and each of those is compiled by `compile_graph` under that label.
 
     `torch.compile(model, backend="fusionlab", options={"cudagraphs": True})` replays every graph from CUDA graphs
-    (`"overwrite"` as in `explore`); `mode="reduce-overhead"` is the same as `options={"cudagraphs": True}`."""
+    (`"overwrite"` as in `explore`); `mode="reduce-overhead"` is the same as `options={"cudagraphs": True}`;
+    `options={"conv_layout": ...}` as in `explore`."""
     cudagraphs = _cudagraphs_option(mode, options or {})
+    conv_layout = check_layout((options or {}).get("conv_layout", "auto"))
     index = next(_numbers)
     ended_by = _graph_break()
     # a mask built from sizes alone that masks nothing (transformers' under torch.compile) would send attention,
@@ -213,7 +217,8 @@ def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *
     drop_empty_masks(graph_module)
 
     def compiler(role: str) -> Callable[..., Any]:
-        return functools.partial(compile_graph, index=index, role=role, ended_by=ended_by, cudagraphs=cudagraphs)
+        return functools.partial(compile_graph, index=index, role=role, ended_by=ended_by, cudagraphs=cudagraphs,
+                                 conv_layout=conv_layout)
 
     split = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                          inference_compiler=compiler("inference"))
@@ -222,10 +227,11 @@ def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *
 
 def _cudagraphs_option(mode: str | None, options: dict[str, Any]) -> bool | str:
     """torch.compile's `mode=` and `options=` as the backend reads them (Dynamo passes both to a custom backend)."""
-    unknown = sorted(set(options) - {"cudagraphs"})
+    unknown = sorted(set(options) - {"cudagraphs", "conv_layout"})
     if unknown:
         raise ValueError(f"the fusionlab backend has no option {', '.join(map(repr, unknown))}: its options are "
-                         "{'cudagraphs': False | True | 'overwrite'}")
+                         "{'cudagraphs': False | True | 'overwrite', 'conv_layout': 'auto' | 'channels_last' | "
+                         "'as_traced'}")
     if mode not in (None, "default", "reduce-overhead"):
         raise ValueError(f"the fusionlab backend takes mode='default' or 'reduce-overhead' (CUDA graphs), got "
                          f"{mode!r}")

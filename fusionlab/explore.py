@@ -23,6 +23,7 @@ import torch.utils._pytree as pytree
 
 from fusionlab.capture import check_aliasing, check_guards, check_inputs, fill_template, flatten_call
 from fusionlab.decompose import decomposition_rules
+from fusionlab.decompose.layout import check_layout
 from fusionlab.eager_grad import needs_grad, run_with_grad
 from fusionlab.fusion.policy import Policy, resolve_policy
 from fusionlab.localise import Programs
@@ -57,8 +58,8 @@ class Exploration:
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  policy: str | Policy = "default", dynamic: bool = False, forbid: Sequence[tuple[str, str]] = (),
                  force: Sequence[tuple[str, str]] = (), looped_reductions: bool = False, autotune: bool = False,
-                 matmul: str = "extern", cudagraphs: bool | str = False, captured: Captured | None = None,
-                 decomposed: Decomposed | None = None) -> None:
+                 matmul: str = "extern", cudagraphs: bool | str = False, conv_layout: str = "auto",
+                 captured: Captured | None = None, decomposed: Decomposed | None = None) -> None:
         self.fn = fn
         self.example_args = args
         self.example_kwargs = kwargs
@@ -70,6 +71,7 @@ class Exploration:
         self.autotune = autotune
         self.matmul = matmul
         self._rules = decomposition_rules(matmul)  # checks the option now, not at the first stage
+        self.conv_layout = check_layout(conv_layout)
         self.cudagraphs = cudagraph_mode(cudagraphs)
         if self.cudagraphs:
             held = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
@@ -125,7 +127,7 @@ class Exploration:
 
     @functools.cached_property
     def decomposed(self) -> Decomposed:
-        return self.captured.decompose(self._rules)
+        return self.captured.decompose(self._rules, self.conv_layout)
 
     @functools.cached_property
     def fused(self) -> Fused:
@@ -227,7 +229,7 @@ class Exploration:
                              dynamic=self.dynamic, forbid=self.forbid + tuple(forbid),
                              force=self.force + tuple(force), looped_reductions=self.looped_reductions,
                              autotune=self.autotune, matmul=self.matmul, cudagraphs=self.cudagraphs,
-                             decomposed=self.decomposed)
+                             conv_layout=self.conv_layout, decomposed=self.decomposed)
         result.fused  # noqa: B018 - validate the request now: an illegal forced fusion raises here
         return result
 
@@ -271,8 +273,8 @@ class Exploration:
 
 def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy = "default",
             dynamic: bool = False, looped_reductions: bool = False, autotune: bool = False,
-            matmul: str = "extern", cudagraphs: bool | str = False, kwargs: dict[str, Any] | None = None,
-            **example_kwargs: Any) -> Exploration:
+            matmul: str = "extern", cudagraphs: bool | str = False, conv_layout: str = "auto",
+            kwargs: dict[str, Any] | None = None, **example_kwargs: Any) -> Exploration:
     """Start exploring `fn` on example inputs. Nothing runs until a stage is asked for.
 
     `looped_reductions=True` forces looped reductions even where a row fits in registers; `autotune=True` times a
@@ -281,17 +283,22 @@ def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy =
     addmm, F.linear) into generated Triton matmuls with their pointwise consumers fused as an epilogue; the default
     `"extern"` runs them in cuBLAS between kernels. `cudagraphs=True` (CUDA only) replays each call from a CUDA graph
     captured per input layout and returns copies of the outputs; `cudagraphs="overwrite"` returns the graph's own
-    output memory, overwritten by the next call (fusionlab.runtime.cudagraphs). Keyword arguments of `fn` go after
-    the inputs (`explore(fn, x, scale=2.0)`), or in `kwargs={...}` where one is named like an option of explore."""
+    output memory, overwritten by the next call (fusionlab.runtime.cudagraphs). `conv_layout="auto"` runs 2-D
+    convolutions on CUDA in channels-last order, the kernels around them storing their values so
+    (decompose/layout.py); `"channels_last"` does it on every device, `"as_traced"` keeps the layouts eager gives.
+    Keyword arguments of `fn` go after the inputs (`explore(fn, x, scale=2.0)`), or in `kwargs={...}` where one is
+    named like an option of explore."""
     if not callable(fn):
         raise TypeError(f"explore() needs a function or nn.Module, got {type(fn).__name__}")
     if kwargs is None:
         _refuse_ambiguous_options(fn, {"policy": policy, "dynamic": dynamic, "looped_reductions": looped_reductions,
-                                       "autotune": autotune, "matmul": matmul, "cudagraphs": cudagraphs})
+                                       "autotune": autotune, "matmul": matmul, "cudagraphs": cudagraphs,
+                                       "conv_layout": conv_layout})
     else:
         example_kwargs = {**kwargs, **example_kwargs}
     return Exploration(fn, example_inputs, example_kwargs, policy=policy, dynamic=dynamic,
-                       looped_reductions=looped_reductions, autotune=autotune, matmul=matmul, cudagraphs=cudagraphs)
+                       looped_reductions=looped_reductions, autotune=autotune, matmul=matmul, cudagraphs=cudagraphs,
+                       conv_layout=conv_layout)
 
 
 def _refuse_ambiguous_options(fn: Callable[..., Any], given: dict[str, Any]) -> None:

@@ -59,6 +59,12 @@ def contiguous_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
     return tuple(reversed(strides))
 
 
+def channels_last_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """The strides of a 4-D [N, C, H, W] value stored in NHWC order."""
+    _, c, h, w = shape
+    return (product((h, w, c)), 1, product((w, c)), c)
+
+
 @dataclass(frozen=True)
 class TensorType:
     """Shape (ints or sympy expressions), dtype, and strides where they are known (graph inputs, externs)."""

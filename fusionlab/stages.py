@@ -126,11 +126,12 @@ class Captured(_Stage):
     seconds: float = 0.0
     previous: None = None
 
-    def decompose(self, rules: dict[Any, Rule] | None = None) -> Decomposed:
+    def decompose(self, rules: dict[Any, Rule] | None = None, layout: str = "auto") -> Decomposed:
         """Rewrite the aten graph into fusionlab's primitives through `rules`, an {aten op: rule} table (default:
-        `decomposition_rules("extern")`, as `fl.explore` uses; `decomposition_rules("triton")` for Triton matmuls)."""
+        `decomposition_rules("extern")`, as `fl.explore` uses; `decomposition_rules("triton")` for Triton matmuls);
+        `layout` chooses the convolutions' memory layout ("auto": channels-last on CUDA; decompose/layout.py)."""
         start = time.perf_counter()
-        result = decompose_graph(self.result, decomposition_rules("extern") if rules is None else rules)
+        result = decompose_graph(self.result, decomposition_rules("extern") if rules is None else rules, layout)
         return Decomposed(result, self, time.perf_counter() - start)
 
     @property

@@ -156,15 +156,29 @@ def test_the_programs_allocator_gives_dense_tensors_of_the_dtype_asked_for() -> 
 
 
 def test_strides_of_an_extern_result_are_checked() -> None:
-    # a convolution's result follows its input's layout (channels-last one call, NCHW the next): its strides, read
-    # at run time, must re-specialise the launch (a kernel specialised on stride 1 read the wrong elements)
+    # a flip's result follows its input's layout (transposed one call, row-major the next): its strides, read at run
+    # time, must re-specialise the launch (a kernel specialised on stride 1 read the wrong elements)
+    def flipped(x: torch.Tensor) -> torch.Tensor:
+        return torch.flip(x.t(), [0]) * 2 + 1
+
+    ex = fl.explore(flipped, torch.randn(6, 5))
+    strides = [value for kernel in checked(ex).values() for role, value in kernel if role == "stride"]
+    assert strides and set(strides) == {"flip"}, checked(ex)
+    for fresh in (torch.randn(6, 5), torch.randn(5, 6).t(), torch.randn(6, 5)):
+        torch.testing.assert_close(ex(fresh), flipped(fresh))
+
+
+def test_a_convolution_result_is_made_as_traced_whatever_its_input() -> None:
+    # a convolution's result follows its input's layout: traced channels-last, it is made channels-last (no copy when
+    # it is), so kernels read it with strides known when the program is built, and an NCHW input the next call is
+    # still right
     def conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.conv2d(x, w) * 2 + 1
 
     x, w = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last), torch.randn(8, 4, 3, 3)
     ex = fl.explore(conv, x, w)
-    strides = [value for kernel in checked(ex).values() for role, value in kernel if role == "stride"]
-    assert strides and set(strides) == {"convolution"}, checked(ex)
+    assert "convolution.contiguous(memory_format=torch.channels_last)" in ex.generated.program.wrapper
+    assert not [value for kernel in checked(ex).values() for role, value in kernel if role == "stride"]
     for fresh in (torch.randn(2, 4, 6, 6), torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)):
         torch.testing.assert_close(ex(fresh, w), conv(fresh, w))
 

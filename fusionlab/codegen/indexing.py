@@ -160,9 +160,11 @@ class IndexWriter:
         return " + ".join(dict.fromkeys(terms)) or "0"
 
     def _merged(self, value: str, index_map: IndexMap) -> dict[int, tuple[str, int]]:
-        """Positions of `value` read by one flat index: where they follow the layout's rows (or columns) in order
-        and the value's strides collapse over them (stride[i] == size[i + 1] * stride[i + 1]), `d0 * s0 + d1 * s1
-        + d2 * s2` is `xindex * s2`, with no division. Each merged position maps to (flat index, last position)."""
+        """Positions of `value` read by one flat index: where they walk the layout's rows (or columns), each once,
+        and the value's strides collapse over them taken in the layout's order (stride[i] == size[j] * stride[j]
+        for consecutive i, j), `d0 * s0 + d1 * s1 + d2 * s2` is `xindex * s2`, with no division. The positions may
+        be in another order than the layout's: a channels-last [N, C, H, W] value read over an NHWC domain is
+        `xindex * 1`. Each merged position maps to (flat index, last position)."""
         strides = self.known_strides.get(value)
         if strides is None:
             return {}
@@ -173,7 +175,8 @@ class IndexWriter:
             spans.append((self.layout.axes, "rindex"))
         for dims, flat in spans:
             wanted = [d for d in dims if self.layout.shape[d] != 1]
-            positions = [p for p, e in enumerate(index_map) if isinstance(e, int) and e in wanted]
+            positions = sorted((p for p, e in enumerate(index_map) if isinstance(e, int) and e in wanted),
+                               key=lambda p: wanted.index(index_map[p]))
             if len(wanted) < 2 or [index_map[p] for p in positions] != wanted:
                 continue
             if all(_collapses(shape, strides, a, b) for a, b in zip(positions, positions[1:])):
@@ -236,9 +239,8 @@ class IndexWriter:
 
 
 def _collapses(shape: tuple[Dim, ...], strides: tuple[Dim, ...], outer: int, inner: int) -> bool:
-    """Whether dims `outer` < `inner` of a value are one run in memory: those between are of size 1, and
-    stride[outer] == size[inner] * stride[inner] (sizes and strides may be symbolic)."""
-    if any(shape[p] != 1 for p in range(outer + 1, inner)):
-        return False
+    """Whether dims `outer` and `inner` of a value, walked in that order, are one run in memory:
+    stride[outer] == size[inner] * stride[inner] (sizes and strides may be symbolic). The flat index's term is then
+    `(i_outer * size[inner] + i_inner) * stride[inner]`, whatever the dims between them or their order."""
     outer_stride, size, inner_stride = (sympy.sympify(v) for v in (strides[outer], shape[inner], strides[inner]))
     return sympy.expand(outer_stride - size * inner_stride) == 0

@@ -12,7 +12,7 @@ comments); extern ops and non-literal constants are passed in the program's name
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -28,7 +28,7 @@ from fusionlab.codegen.matmul import MatmulWriter
 from fusionlab.codegen.plan import plan_kernel
 from fusionlab.codegen.preamble import KERNEL_PREAMBLE
 from fusionlab.fusion.fuse import FuseResult, FusionGroup
-from fusionlab.ir import Dim, Graph, Node, Ref, TensorType, contiguous_strides, product
+from fusionlab.ir import Dim, Graph, Node, Ref, TensorType, channels_last_strides, contiguous_strides, product
 from fusionlab.names import Namer, comment
 
 __all__ = ["KERNEL_PREAMBLE", "Program", "WrapperSection", "generate_program"]
@@ -98,6 +98,11 @@ class ProgramWriter:
         self.dense_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
                               if name in read and not graph[name].param("outputs") and graph[name].type.rank >= 2
                               and _traced_dense(graph[name].type)}
+        # extern results typed channels-last (a convolution of channels-last operands: decompose/layout.py) are made
+        # so (no copy when they are): kernels read them with strides known now
+        self.channels_last_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
+                                      if name in read and name not in self.dense_externs
+                                      and not graph[name].param("outputs") and _traced_channels_last(graph[name].type)}
 
     def var(self, value: str) -> str:
         return self.namer.identifier(value, f"value:{value}")
@@ -141,12 +146,14 @@ class ProgramWriter:
                 dense.update(group.outputs)
         return dense | self.dense_externs
 
-    def known_layouts(self, dense: set[str]) -> dict[str, tuple[tuple[Dim, ...], Dim]]:
-        """Strides and storage offsets, as they will be at run time, of the values in `dense` (dense at run time) and
-        of the wrapper's views of them (a slice of an input made contiguous): a view's follow from its source's,
-        sizes being what the program is built for."""
+    def known_layouts(self, dense: set[str], channels_last: Collection[str] = ()
+                      ) -> dict[str, tuple[tuple[Dim, ...], Dim]]:
+        """Strides and storage offsets, as they will be at run time, of the values in `dense` (dense at run time), in
+        `channels_last` (dense in NHWC order at run time) and of the wrapper's views of them (a slice of an input made
+        contiguous): a view's follow from its source's, sizes being what the program is built for."""
         known: dict[str, tuple[tuple[Dim, ...], Dim]] = {
             v: (contiguous_strides(self.graph[v].type.shape), 0) for v in dense}
+        known.update({v: (channels_last_strides(self.graph[v].type.shape), 0) for v in channels_last})
         for name in self.wrapper_views:
             node = self.graph[name]
             source = known.get(node.inputs[0]) if node.inputs else None
@@ -221,6 +228,9 @@ class ProgramWriter:
             self.lines.append(f"    {self.var(node.name)} = {target}[0]")
         elif node.name in self.dense_externs:
             self.lines.append(f"    {target} = {target}.contiguous()  # dense as traced: no copy when it is")
+        elif node.name in self.channels_last_externs:
+            self.lines.append(f"    {target} = {target}.contiguous(memory_format=torch.channels_last)  # no copy when "
+                              "it is")
 
     def view(self, node: Node) -> None:
         source = self.var(node.inputs[0])
@@ -271,7 +281,8 @@ class ProgramWriter:
         # below); an input only viewed is left as the caller passed it (a copy of all of it to read a slice, and a
         # returned view of the caller's tensor no longer one, otherwise)
         inputs = set(self.graph.inputs)
-        self.layouts = self.known_layouts({v for v in dense if v not in inputs or v in read})
+        self.layouts = self.known_layouts({v for v in dense if v not in inputs or v in read},
+                                          self.channels_last_externs)
         self.checks = LaunchChecks(self.graph, self.wrapper_views, self.layouts, self.extern_nodes, self.allocated,
                                    symbolic=bool(self.captured.symbols))
         self.view_aliases = {v: self._view_source(v) for v, (_, offset) in self.layouts.items()
@@ -382,6 +393,12 @@ def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,
 def _literal(text: str) -> bool:
     """A launch argument written as a number: the same on every call."""
     return text.removeprefix("-").isdigit()
+
+
+def _traced_channels_last(value: TensorType) -> bool:
+    """Typed dense in NHWC order (a convolution's result in channels-last: decompose/layout.py)."""
+    return value.rank == 4 and value.strides is not None \
+        and tuple(value.strides) == tuple(channels_last_strides(value.shape))
 
 
 def _traced_dense(value: TensorType) -> bool:

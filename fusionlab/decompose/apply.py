@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from fusionlab.capture import CaptureError, CaptureResult
 from fusionlab.capture.decompositions import decomposed_from
 from fusionlab.decompose import attention
+from fusionlab.decompose import layout as layouts
 from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable, short_name
 from fusionlab.decompose.rules import RULES
 from fusionlab.ir import Graph, Node, Ref, TensorType, draws_random_numbers
@@ -89,8 +90,9 @@ class DecomposeResult:
     values: tuple[tuple[str, str], ...] = ()  # (aten node, the IR value holding its result), in program order
 
 
-def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> DecomposeResult:
-    """Apply the rule table to every aten node, in program order."""
+def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, layout: str = "auto") -> DecomposeResult:
+    """Apply the rule table to every aten node, in program order; then choose the convolutions' layout (`layout`:
+    decompose/layout.py)."""
     table = RULES if rules is None else rules
     nodes: list[Node] = []
     builder = Builder(nodes, {})
@@ -136,8 +138,10 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None) -> 
     hints = tuple((b.symbol, b.captured_value) for b in captured.symbols)
     live = _live(nodes, outputs)
     running = {node.origin for node in live if node.kind == "extern"}  # an extern no output needs is not run
-    return DecomposeResult(Graph(tuple(inputs), live, tuple(outputs), hints),
-                           tuple(f for f in fallbacks if f[0] in running), tuple(values))
+    graph = Graph(tuple(inputs), live, tuple(outputs), hints)
+    if layouts.wanted(captured.graph_module, layout):
+        graph = layouts.channels_last(graph)
+    return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
 
 
 def _fused_attention(builder: Builder, fx_node: torch.fx.Node, found: attention.Attention, env: dict[str, Any],

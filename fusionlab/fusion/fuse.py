@@ -310,9 +310,10 @@ def fuse(graph: Graph, policy: Policy, forbid: Sequence[tuple[str, str]] = (),
 
 def _shared_view(partition: _Partition, producer: str, consumer: str) -> str | None:
     """Why a view stays between kernels although its consumer could take it in (None if it need not): an extern op,
-    a matmul or the caller reads it too, and it shows a graph input or an extern's result, which no kernel computes.
-    In the consumer's kernel it would be written out as a copy for that other reader; between kernels it costs
-    nothing."""
+    a matmul or the caller reads it too, and either it shows a graph input or an extern's result, which no kernel
+    computes (in the consumer's kernel it would be written out as a copy for that other reader; between kernels it
+    costs nothing), or it reorders dimensions (a kernel would write it in its own order, and the extern would get a
+    dense copy instead of the layout the program chose: a channels-last input of a convolution)."""
     if partition.info(producer).kind != "view":
         return None
     graph, inside = partition.graph, set(partition.members[producer]) | set(partition.members[consumer])
@@ -322,7 +323,8 @@ def _shared_view(partition: _Partition, producer: str, consumer: str) -> str | N
     if not elsewhere:
         return None
     source = partition.external_inputs(producer)[0]
-    if graph[source].kind != "input" and partition.info(partition.group_of[source]).kind != "extern":
+    reorders = any(graph[m].op == "permute" for m in partition.members[producer])
+    if not reorders and graph[source].kind != "input" and partition.info(partition.group_of[source]).kind != "extern":
         return None
     return (f"{partition.members[producer][-1]} is a view of {source} that {elsewhere[0]} reads too: it stays a view "
             "between kernels (inside this kernel it would be written out as a copy for that reader)")

@@ -1,0 +1,204 @@
+"""Channels-last convolutions: the memory layout a 2-D convolution reads, chosen once the graph is decomposed.
+
+cuDNN runs a half-precision 2-D convolution in NHWC order. Given NCHW tensors, PyTorch converts its input and weight
+before it (`nchwToNhwc` kernels) and its result after it: on an H200, ResNet-50's conversions took 0.58 ms of its
+4.15 ms in kernels. Inductor converts the graph instead ("layout optimisation"); so does this pass, with
+`conv_layout="channels_last"` (or "auto", the default: on CUDA devices):
+
+- A convolution's input that a kernel computes (batch norm, relu, a residual add) is *stored* channels-last by that
+  kernel: the value `v` becomes `permute(copy(permute(v, NHWC)), NCHW)`, and every reader of `v` reads that view.
+  Fusion takes the copy into `v`'s own kernel (a permute is index arithmetic, fusion/domain.py), which then writes
+  NHWC straight away, and nothing else. The caller still gets `v` itself, as eager lays it out.
+- An input no kernel computes (a graph input, a pooling op's result) goes through `aten.contiguous(memory_format=
+  channels_last)`, which returns it as it is when it is channels-last already: a pooling op keeps its input's layout,
+  so the input of a pooling op is stored channels-last like a convolution's.
+- The weight the same way: a copy per call, as Inductor's (parameters may change between calls).
+
+A convolution of a channels-last input returns a channels-last result; its type says so, so that no later step takes
+it for a dense row-major tensor (kernels read it with the strides it has at run time). Grouped and transposed
+convolutions, and those whose result the caller gets, keep the traced layout.
+
+    >>> graph = channels_last(decompose(capture(resnet_block, (x,), {})).graph)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from fusionlab.decompose.builder import short_name
+from fusionlab.ir import Graph, Node, Ref, TensorType, channels_last_strides
+
+aten = torch.ops.aten
+
+LAYOUTS = ("auto", "channels_last", "as_traced")
+NHWC, NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+# Ops that return their result in their input's layout: an input stored channels-last comes back channels-last.
+_KEEPS_LAYOUT = frozenset(op for op in (getattr(aten, name, None) for name in (
+    "max_pool2d_with_indices", "avg_pool2d", "_adaptive_avg_pool2d")) if op is not None)
+_REASON = ("converts to channels-last for the convolution (conv_layout): cuDNN runs it in NHWC order; "
+           "no copy when the tensor is channels-last already")
+
+
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown conv_layout {layout!r}: use 'auto' (channels-last convolutions on CUDA devices, the "
+                         "default), 'channels_last' (on every device) or 'as_traced' (the layouts eager gives)")
+    return layout
+
+
+def wanted(graph_module: torch.fx.GraphModule, layout: str) -> bool:
+    """Whether `layout` asks for channels-last convolutions in this captured graph ("auto": one runs on CUDA)."""
+    if check_layout(layout) != "auto":
+        return layout == "channels_last"
+    for node in graph_module.graph.nodes:
+        value = node.meta.get("val") if node.target is aten.convolution.default else None
+        if isinstance(value, torch.Tensor) and value.device.type == "cuda":
+            return True
+    return False
+
+
+def channels_last(graph: Graph) -> Graph:
+    """`graph` with its 2-D convolutions in channels-last order (the module's docstring says how)."""
+    convolutions = [n for n in graph.nodes if _converts(n, graph)]
+    if not convolutions:
+        return graph
+    rewrite = _Rewrite(graph)
+    for node in graph.nodes:
+        target = node.param("target") if node.kind == "extern" else None
+        if getattr(target, "overloadpacket", target) in _KEEPS_LAYOUT and _is_4d(graph, _operand(node, 0)) \
+                and rewrite.store_channels_last(_operand(node, 0)) and not node.param("outputs"):
+            rewrite.retype(node)  # (max_pool2d_with_indices also returns indices: its type says only the values')
+    for node in convolutions:
+        for position in (0, 1):
+            value = _operand(node, position)
+            if not rewrite.store_channels_last(value):
+                rewrite.convert_before(node, position, value)
+        rewrite.retype(node)
+    return rewrite.graph()
+
+
+def _converts(node: Node, graph: Graph) -> bool:
+    """A 2-D, ungrouped, untransposed convolution of static shape whose result the caller does not get."""
+    if node.kind != "extern" or node.param("target") is not aten.convolution.default:
+        return False
+    args, _ = node.param("call")
+    if len(args) < 9 or args[6] or args[8] != 1 or node.name in graph.outputs:
+        return False
+    operands = [_operand(node, p) for p in (0, 1)]
+    return all(isinstance(v, Ref) and _is_4d(graph, v) for v in operands) and node.type.rank == 4 \
+        and all(isinstance(d, int) for v in operands for d in graph[v.name].type.shape)
+
+
+def _operand(node: Node, position: int) -> Any:
+    args, _ = node.param("call")
+    return args[position] if position < len(args) else None
+
+
+def _is_4d(graph: Graph, value: Any) -> bool:
+    return isinstance(value, Ref) and graph[value.name].type.rank == 4
+
+
+class _Rewrite:
+    """The graph's nodes, with the new ones placed and the readers redirected when `graph()` is called."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.source = graph
+        self.after: dict[str, list[Node]] = {}  # new nodes, placed right after the named node
+        self.before: dict[str, list[Node]] = {}  # new nodes, placed right before the named node
+        self.redirect: dict[str, str] = {}  # a value -> the channels-last view its readers read instead
+        self.replaced: dict[str, Node] = {}  # rewritten nodes
+        self.names = {n.name for n in graph.nodes}
+        self.converted: dict[str, str] = {}  # a value -> its `contiguous(channels_last)` result
+        self.reads_original: set[str] = set()  # the permutes that start each copy: they read the value itself
+
+    def _name(self, base: str) -> str:
+        name, number = base, 1
+        while name in self.names:
+            name, number = f"{base}_{number}", number + 1
+        self.names.add(name)
+        return name
+
+    def store_channels_last(self, value: Ref) -> bool:
+        """Have the kernel computing `value` store it channels-last (False when no kernel computes it, or the caller
+        gets it: it keeps its layout)."""
+        if value.name in self.redirect:
+            return True
+        producer = self.source[value.name]
+        if producer.kind not in ("pointwise", "reduction") or value.name in self.source.outputs:
+            return False
+        shape, dtype = producer.type.shape, producer.type.dtype
+        nhwc = tuple(shape[d] for d in NHWC)
+        where = (producer.origin, producer.module, producer.source)
+        permuted = Node(self._name(f"{value.name}_nhwc"), "view", "permute", (value,), TensorType(nhwc, dtype),
+                        (("dims", NHWC),), *where)
+        stored = Node(self._name(f"{value.name}_channels_last"), "pointwise", "copy", (Ref(permuted.name),),
+                      TensorType(nhwc, dtype), (), *where)
+        view = Node(self._name(f"{value.name}_cl"), "view", "permute", (Ref(stored.name),),
+                    TensorType(shape, dtype), (("dims", NCHW),), *where)
+        self.after.setdefault(value.name, []).extend([permuted, stored, view])
+        self.reads_original.add(permuted.name)
+        self.redirect[value.name] = view.name
+        return True
+
+    def convert_before(self, node: Node, position: int, value: Ref) -> None:
+        """`aten.contiguous(value, memory_format=channels_last)` before `node` reads it at `position`."""
+        if value.name not in self.converted:
+            original = self.source[value.name]
+            shape, dtype = original.type.shape, original.type.dtype
+            converted = Node(self._name(f"{value.name}_cl"), "extern", short_name(aten.contiguous.default),
+                             (), TensorType(shape, dtype, channels_last_strides(shape)),
+                             tuple(sorted({"target": aten.contiguous.default, "reason": _REASON,
+                                           "call": ((value,), {"memory_format": torch.channels_last}),
+                                           "extra_refs": (value.name,)}.items())),
+                             node.origin, node.module, node.source)
+            self.before.setdefault(node.name, []).append(converted)
+            self.converted[value.name] = converted.name
+        current = self.replaced.get(node.name, node)
+        args, kwargs = current.param("call")
+        args = tuple(Ref(self.converted[value.name]) if i == position else a for i, a in enumerate(args))
+        self.replaced[node.name] = _with_call(current, args, kwargs)
+
+    def retype(self, node: Node) -> None:
+        """A convolution (or pooling op) of channels-last operands: its result is channels-last."""
+        current = self.replaced.get(node.name, node)
+        shape = current.type.shape
+        self.replaced[node.name] = Node(current.name, current.kind, current.op, current.args,
+                                        TensorType(shape, current.type.dtype, channels_last_strides(shape)),
+                                        current.params, current.origin, current.module, current.source)
+
+    def graph(self) -> Graph:
+        nodes: list[Node] = []
+        for node in self.source.nodes:
+            nodes.extend(self._redirected(n) for n in self.before.get(node.name, []))
+            nodes.append(self._redirected(self.replaced.get(node.name, node)))
+            nodes.extend(n if n.name in self.reads_original else self._redirected(n)
+                         for n in self.after.get(node.name, []))
+        return Graph(self.source.inputs, tuple(nodes), self.source.outputs, self.source.hints)
+
+    def _redirected(self, node: Node) -> Node:
+        """`node` reading each stored-channels-last value through its view."""
+        def swap(value: Any) -> Any:
+            return Ref(self.redirect[value.name]) if isinstance(value, Ref) and value.name in self.redirect else value
+
+        if not any(v in self.redirect for v in node.inputs):
+            return node
+        args = tuple(swap(a) for a in node.args)
+        params = dict(node.params)
+        if "call" in params:
+            params["call"] = pytree.tree_map(swap, params["call"], is_leaf=lambda v: isinstance(v, Ref))
+            params["extra_refs"] = tuple(self.redirect.get(r, r) for r in params.get("extra_refs", ()))
+        return Node(node.name, node.kind, node.op, args, node.type, tuple(sorted(params.items())), node.origin,
+                    node.module, node.source)
+
+
+def _with_call(node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
+    params = dict(node.params)
+    params["call"] = (args, kwargs)
+    params["extra_refs"] = tuple(dict.fromkeys(r.name for r in pytree.tree_leaves((args, kwargs),
+                                                                                   is_leaf=lambda v: isinstance(v, Ref))
+                                               if isinstance(r, Ref)))
+    return Node(node.name, node.kind, node.op, node.args, node.type, tuple(sorted(params.items())), node.origin,
+                node.module, node.source)

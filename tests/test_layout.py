@@ -1,0 +1,189 @@
+"""Channels-last convolutions (decompose/layout.py): the kernels around a convolution store its input in NHWC
+order, the convolution gets channels-last operands, and every result is eager's, in eager's layout for the caller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import fusionlab as fl
+from fusionlab.compare import TOLERANCES
+
+aten = torch.ops.aten
+
+
+class Block(nn.Module):
+    """A ResNet-like block: conv, batch norm, relu, max pool, then two convolutions (one a 1x1 shortcut) added."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.b1 = nn.BatchNorm2d(channels)
+        self.c2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.b2 = nn.BatchNorm2d(channels)
+        self.down = nn.Conv2d(channels, channels, 1)
+        for norm in (self.b1, self.b2):  # statistics and affine parameters that change the numbers
+            norm.running_mean.normal_()
+            norm.running_var.uniform_(0.5, 2.0)
+            nn.init.normal_(norm.weight)
+            nn.init.normal_(norm.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
+        y = torch.relu(self.b2(self.c2(x)) + self.down(x))
+        return F.adaptive_avg_pool2d(y, 1).flatten(1)
+
+
+class ConvolutionLayouts(TorchDispatchMode):
+    """Records, for each convolution run, whether its input and weight are channels-last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[bool, bool]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is aten.convolution.default:
+            self.seen.append(tuple(t.is_contiguous(memory_format=torch.channels_last)  # type: ignore[arg-type]
+                                   for t in args[:2]))
+        return func(*args, **(kwargs or {}))
+
+
+def _explore(model: nn.Module, x: torch.Tensor, layout: str) -> fl.Exploration:
+    with torch.no_grad():
+        return fl.explore(model, x, conv_layout=layout)
+
+
+# 6 channels of 6x6: square sizes, where a layout mistake would not show in the shapes
+@pytest.mark.parametrize("shape", [(2, 8, 12, 10), (2, 6, 6, 6)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_channels_last_block_matches_eager(shape: tuple[int, ...], dtype: torch.dtype, device: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU by asking for it; on CUDA by default ("auto")."""
+    # cuDNN's float32 convolutions round through TF32 by default, differently per layout: compare exact float32
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    torch.manual_seed(0)
+    model = Block(shape[1]).eval().to(device, dtype)
+    ex = _explore(model, torch.randn(shape, dtype=dtype, device=device), "channels_last" if device == "cpu" else "auto")
+    fresh = torch.randn(shape, dtype=dtype, device=device)
+    with torch.no_grad():
+        expected = model(fresh)
+        ex.compiled  # noqa: B018 - capture runs the convolutions too: record only the program's own calls
+        recorder = ConvolutionLayouts()
+        with recorder:
+            got = ex(fresh)
+    atol, rtol = TOLERANCES[dtype]
+    torch.testing.assert_close(got, expected, atol=atol, rtol=rtol)
+    assert recorder.seen == [(True, True)] * 3, "every convolution gets channels-last operands"
+    # the batch norm + relu before the pool writes NHWC and nothing else; no kernel stores a value twice
+    stored = [o for k in ex.fused.kernels for o in k.outputs]
+    assert any(o.endswith("_channels_last") for o in stored), ex.fused.as_text()
+    assert "maximum" not in stored, "the NCHW value is not written next to its NHWC copy"
+
+
+def test_as_traced_and_auto_on_a_cpu_keep_eager_layouts() -> None:
+    torch.manual_seed(0)
+    model, x = Block(8).eval(), torch.randn(2, 8, 12, 10)
+    for layout in ("as_traced", "auto"):  # auto: channels-last on CUDA devices only
+        ex = _explore(model, x, layout)
+        ex.compiled  # noqa: B018
+        assert not [n for n in ex.decomposed.graph.nodes if "contiguous" in n.op or n.op == "permute"]
+        recorder = ConvolutionLayouts()
+        with torch.no_grad():
+            expected = model(x)
+            with recorder:
+                got = ex(x)
+        torch.testing.assert_close(got, expected)
+        assert [data for data, _ in recorder.seen] == [False] * 3  # (a 1x1 weight is both layouts at once)
+
+
+def test_a_value_the_caller_gets_keeps_its_layout() -> None:
+    """A convolution's input that is also returned: the caller gets it as eager lays it out (row-major), and the
+    convolution still reads a channels-last copy."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.relu(x * 2)
+        return h, torch.relu(conv(h))
+
+    x = torch.randn(2, 4, 5, 5)
+    with torch.no_grad():
+        ex = fl.explore(fn, x, conv_layout="channels_last")
+        ex.compiled  # noqa: B018
+        recorder = ConvolutionLayouts()
+        with recorder:
+            h, out = ex(x)
+        expected = fn(x)
+    torch.testing.assert_close(h, expected[0])
+    torch.testing.assert_close(out, expected[1])
+    assert h.stride() == expected[0].stride()
+    assert recorder.seen == [(True, True)]
+
+
+def test_grouped_convolutions_keep_their_layout() -> None:
+    conv = nn.Conv2d(4, 4, 3, padding=1, groups=2)
+    x = torch.randn(2, 4, 6, 6)
+    with torch.no_grad():
+        ex = fl.explore(lambda t: conv(torch.relu(t)), x, conv_layout="channels_last")
+        torch.testing.assert_close(ex(x), conv(torch.relu(x)))
+    assert not [n for n in ex.decomposed.graph.nodes if n.op == "permute"]
+
+
+def test_training_through_the_backend_in_channels_last() -> None:
+    """A training step through torch.compile with conv_layout='channels_last': loss and every gradient as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    x = torch.randn(4, 3, 8, 8)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
+
+    def step(run: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        loss = run(x).square().mean()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
+
+    expected_loss, expected_grads = step(model)
+    loss, grads = step(compiled)
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
+    for got, expected in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-3)
+
+
+def test_an_unknown_layout_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown conv_layout 'nhwc'"):
+        fl.explore(torch.relu, torch.randn(4), conv_layout="nhwc")
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="unknown conv_layout 'nhwc'"):
+        torch._dynamo.reset()
+        torch.compile(torch.relu, backend="fusionlab", options={"conv_layout": "nhwc"})(torch.randn(4))
+
+
+def test_an_average_pool_between_convolutions_passes_the_layout_on() -> None:
+    """avg_pool2d keeps its input's layout: the kernel before it stores NHWC, the pool's result is channels-last and
+    the next kernel reads it with known strides (no conversion before the second convolution)."""
+    torch.manual_seed(0)
+    first, second = nn.Conv2d(4, 6, 3, padding=1), nn.Conv2d(6, 6, 3, padding=1)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        pooled = F.avg_pool2d(torch.relu(first(x)), 2)
+        return torch.relu(second(torch.sigmoid(pooled) * pooled))
+
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        ex = fl.explore(fn, x, conv_layout="channels_last")
+        ex.compiled  # noqa: B018
+        recorder = ConvolutionLayouts()
+        fresh = torch.randn_like(x)
+        expected = fn(fresh)
+        with recorder:
+            got = ex(fresh)
+    torch.testing.assert_close(got, expected)
+    assert recorder.seen == [(True, True)] * 2
+    wrapper = ex.generated.program.wrapper
+    assert "avg_pool2d = avg_pool2d.contiguous(memory_format=torch.channels_last)" in wrapper, wrapper
