@@ -1,0 +1,60 @@
+"""Whether a model's graphs are replayed from CUDA graphs through the backend: one zoo model (GPU size, bf16) compiled
+with `options={"cudagraphs": True}`, stepped a few times, then per compiled graph its role, captures and replays, and
+where one step's host time goes (Python's profiler, the 25 costliest functions by own time).
+
+    python benchmarks/cudagraph_captures.py [MODEL] [inference|training] [STEPS]   # default: resnet50 training 6
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import sys
+import time
+
+import torch
+
+from fusionlab import dynamo_backend, models
+
+
+def main() -> None:
+    name = sys.argv[1] if len(sys.argv) > 1 else "resnet50"
+    train = (sys.argv[2] if len(sys.argv) > 2 else "training") == "training"
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 6
+    model, inputs = models.build(name, "gpu", device=torch.device("cuda"), dtype=torch.bfloat16, train=train)
+    torch._dynamo.reset()
+    before = dynamo_backend.mark()
+    compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": True})
+
+    def step() -> None:
+        if train:
+            for parameter in model.parameters():
+                parameter.grad = None
+            models.loss_of(compiled(**inputs)).backward()
+        else:
+            with torch.no_grad():
+                compiled(**inputs)
+
+    for index in range(steps):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        print(f"step {index}: {1e3 * (time.perf_counter() - start):.2f} ms")
+    for graph in dynamo_backend.since(before):
+        graphed = [ex.__dict__.get("graphed") for ex in graph.explorations.values()]
+        print(f"graph {graph.index} {graph.role}: {len(graph.explorations)} sizes, "
+              f"{[repr(g) for g in graphed]}, ended by {graph.ended_by or 'return'}")
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    profiler.enable()
+    step()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    print(text.getvalue()[:6000])
+
+
+if __name__ == "__main__":
+    main()
