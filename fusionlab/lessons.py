@@ -173,10 +173,11 @@ def copy_kernels(ex: Any) -> tuple[CopyKernel, ...]:
     aten = {node.name: node for node in ex.captured.graph_module.graph.nodes}
     found = []
     for group in ex.fused.kernels:
-        ops = [graph[n].op for n in group.nodes if graph[n].kind not in ("view", "input")]
-        if not ops or any(op != "copy" for op in ops) or len(group.origins) != 1:
+        computing = [graph[n] for n in group.nodes if graph[n].kind not in ("view", "input")]
+        origins = {n.origin for n in computing}  # (a permute the copy reads through is in the kernel too)
+        if not computing or any(n.op != "copy" for n in computing) or len(origins) != 1:
             continue
-        node = aten.get(group.origins[0])
+        node = aten.get(origins.pop())
         if node is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
         value = node.args[0].meta.get("val")

@@ -12,10 +12,12 @@ kernels, generated on the CPU) and the unfused plan (fusionlab with policy "none
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import functools
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -211,10 +213,12 @@ def benchmark(
 
 @contextlib.contextmanager
 def _cold_triton_cache() -> Iterator[None]:
-    """Point Triton's kernel cache at a new, empty folder, so a compile time is a cold one. The folder stays (in
-    the system's temporary directory): kernels compiled there may read their files again."""
+    """Point Triton's kernel cache at a new, empty folder, so a compile time is a cold one. The folder stays while
+    the process runs (kernels compiled there may read their files again) and is removed when it ends."""
     previous = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="fusionlab-triton-")
+    folder = tempfile.mkdtemp(prefix="fusionlab-triton-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ["TRITON_CACHE_DIR"] = folder
     try:
         yield
     finally:
