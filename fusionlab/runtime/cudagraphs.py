@@ -104,7 +104,7 @@ class _Graph:
     """One captured layout: the graph, the buffers it reads and writes, which inputs it reads in place."""
 
     graph: torch.cuda.CUDAGraph
-    inputs: list[Any]  # the static buffers (copied positions) or the caller's tensors (in-place positions)
+    inputs: list[Any]  # the static buffers of the copied positions (None where a tensor is read in place)
     copied: tuple[int, ...]  # positions copied into a buffer on every call
     in_place: tuple[tuple[int, int], ...]  # (position, data address) read where they lie
     checked: tuple[tuple[int, Any], ...]  # (position, layout) of the in-place inputs that are not parameters
@@ -293,7 +293,10 @@ class CudaGraphs:
             _remember(outputs)
         elif self.kept_from is not None:
             _remember(o for o in outputs[self.kept_from:] if isinstance(o, torch.Tensor))  # read where they lie
-        entry = _Graph(graph, inputs, tuple(copied), tuple(in_place), tuple(checked), outputs)
+        # Only the buffers stay referenced: a tensor read in place (another graph's saved activations) must not be
+        # kept alive by this graph, or the graph that handed it out would wait for it forever.
+        buffers = [value if position in copied else None for position, value in enumerate(inputs)]
+        entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs)
         held.append(entry)
         self.captures += 1
         return entry
