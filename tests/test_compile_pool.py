@@ -187,3 +187,20 @@ def test_each_launcher_is_built_once_while_the_kernels_compile(tmp_path: Path, m
     assert (1 <= len(built) <= len(jobs)) if per_signature else not built, built
     torch.testing.assert_close(ex(*inputs), ex.fn(*inputs), atol=2e-2, rtol=2e-2)
     assert launcher_libraries(cache) == built, "a kernel's first launch built a launcher that was already built"
+
+
+def test_recorded_launches_do_not_keep_the_calls_tensors() -> None:
+    """The dry run before the first CUDA call records every launch with its arguments: the program keeps none of
+    them afterwards (a backward graph's first call would keep a training step's activations alive)."""
+    import gc
+    import weakref
+
+    x = torch.randn(64, 256)
+    ex = fl.explore(lambda t: torch.softmax(t * 2, -1), x)
+    fresh = torch.randn(64, 256)
+    records = ex.compiled.record_launches(fresh)
+    assert records and any(arg is fresh for record in records for arg in record.args)
+    alive = weakref.ref(fresh)
+    del records, fresh
+    gc.collect()
+    assert alive() is None, "the program kept the recorded call's input"

@@ -19,13 +19,6 @@ launch on the H200 host for BERT) is paid once, at capture. What that needs, and
   overwrote ("modified by an inplace operation") instead of computing with them.
 - random ops (dropout): the RNG state is put back after warm-up and capture, so that the first replay draws what an
   eager call would have drawn from the same seed; each replay then advances the generator as an eager call does.
-- a training step's saved activations (`kept_from`: the forward graph's outputs from that position on, which only its
-  backward graph reads): copying them out and back in on every step cost ResNet-50 8 ms of a 25 ms step on an H200.
-  They are handed out as the graph's memory instead, and the backward graph reads them where they lie. Safe without
-  a copy because the next replay checks first that nothing holds the last call's ones any more (autograd frees
-  them when the backward has run): two forwards before one backward (gradients accumulated over micro-batches), or
-  a graph kept with `retain_graph=True`, make the next call run without the graph (`bypassed`), on fresh memory;
-  so does a backward graph handed activations that such a call made.
 
     >>> graphed = CudaGraphs(runnable, static=range(n_parameters))
     >>> outputs = graphed(*tensors)          # doctest: +SKIP
@@ -124,8 +117,7 @@ class CudaGraphs:
     """
 
     def __init__(self, function: Callable[..., Sequence[torch.Tensor]], *, static: Iterable[int] = (),
-                 clone_outputs: bool = True, warmup: int = 2, max_graphs: int = 16, name: str = "program",
-                 kept_from: int | None = None) -> None:
+                 clone_outputs: bool = True, warmup: int = 2, max_graphs: int = 16, name: str = "program") -> None:
         if warmup < 1:
             raise ValueError(f"warmup must be at least 1 (the first call compiles the kernels), got {warmup}")
         self.function = function
@@ -143,21 +135,12 @@ class CudaGraphs:
         # one address comparison (its layout cannot change without its address changing, short of resize_).
         self._keyed: tuple[int, ...] | None = None
         self._arity = -1
-        # outputs from this position on are handed out uncopied (saved activations; with clone_outputs only), and
-        # the last call's, by weak reference: the next replay waits for all of them to be gone
-        self.kept_from = kept_from if clone_outputs else None
-        self._handed: list[weakref.ref[torch.Tensor]] = []
-        self.bypassed = 0  # calls run without the graph: the memory they would overwrite was still held
 
     def __repr__(self) -> str:
-        bypassed = f", {self.bypassed} bypassed" if self.bypassed else ""
-        return (f"CudaGraphs({self.name}, {self.captures} captured, {self.replays} replays{bypassed}, "
+        return (f"CudaGraphs({self.name}, {self.captures} captured, {self.replays} replays, "
                 f"clone_outputs={self.clone_outputs})")
 
     def __call__(self, *tensors: Any) -> tuple[torch.Tensor, ...]:
-        if any(reference() is not None for reference in self._handed):
-            self.bypassed += 1  # a replay would overwrite activations a pending backward still holds
-            return tuple(self.function(*tensors))
         entry = None
         if self._keyed is not None and len(tensors) == self._arity:
             key = tuple(_layout(tensors[i]) for i in self._keyed)
@@ -166,9 +149,6 @@ class CudaGraphs:
                         and all(_layout(tensors[i]) == layout for i, layout in candidate.checked)):
                     entry = candidate
                     break
-        if entry is None and self._made_by_a_bypass(tensors):
-            self.bypassed += 1  # activations a bypassed forward made on fresh memory: not where the graph reads
-            return tuple(self.function(*tensors))
         if entry is None:
             entry = self._capture(tensors)
         if entry.copied:
@@ -179,29 +159,10 @@ class CudaGraphs:
             for output in entry.outputs:
                 torch.autograd.graph.increment_version(output)
             return entry.outputs
-        cloned = entry.outputs if self.kept_from is None else entry.outputs[:self.kept_from]
-        copies = [torch.empty_like(o) for o in cloned]
+        copies = [torch.empty_like(o) for o in entry.outputs]
         if copies:
-            torch._foreach_copy_(copies, list(cloned))
-        if self.kept_from is None:
-            return tuple(copies)
-        # new tensor objects on the graph's memory: when autograd lets them go, the memory is free to overwrite
-        handed = [o.detach() if isinstance(o, torch.Tensor) else o for o in entry.outputs[self.kept_from:]]
-        self._handed = [weakref.ref(o) for o in handed if isinstance(o, torch.Tensor)]
-        return (*copies, *handed)
-
-    def _made_by_a_bypass(self, tensors: Sequence[Any]) -> bool:
-        """Whether a call that matches no graph brings, where a graph reads another graph's memory in place, a
-        tensor that is neither that memory nor a parameter (a bypassed forward's activations): it runs without the
-        graph rather than capturing one per such call."""
-        if self._keyed is None or len(tensors) != self._arity:
-            return False
-        held = next((entries[0] for entries in self.graphs.values() if entries), None)
-        if held is None:
-            return False
-        return any(isinstance(tensors[i], torch.Tensor) and tensors[i].data_ptr() != address
-                   and i not in self.static and not isinstance(tensors[i], torch.nn.Parameter)
-                   and not lasting(tensors[i].data_ptr()) for i, address in held.in_place)
+            torch._foreach_copy_(copies, list(entry.outputs))
+        return tuple(copies)
 
     # -- capture ----------------------------------------------------------------------------------
     def _device(self, tensors: Sequence[Any]) -> torch.device:
@@ -291,10 +252,8 @@ class CudaGraphs:
             torch.cuda.set_rng_state(rng, device)  # the first replay draws what an eager call would
         if not self.clone_outputs:
             _remember(outputs)
-        elif self.kept_from is not None:
-            _remember(o for o in outputs[self.kept_from:] if isinstance(o, torch.Tensor))  # read where they lie
-        # Only the buffers stay referenced: a tensor read in place (another graph's saved activations) must not be
-        # kept alive by this graph, or the graph that handed it out would wait for it forever.
+        # Only the buffers stay referenced: a tensor read in place (another graph's output, a caller's tensor) is not
+        # kept alive by this graph.
         buffers = [value if position in copied else None for position, value in enumerate(inputs)]
         entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs)
         held.append(entry)

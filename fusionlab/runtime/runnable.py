@@ -96,7 +96,8 @@ class Runnable:
         """The launches a call would make, in order, recorded instead of run (extern ops do run)."""
         self._records = []
         self._dry_run(*tensors)
-        return self._records
+        records, self._records = self._records, []  # not kept: they hold the call's tensors (its activations)
+        return records
 
     def _record(self, handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> None:
         self._records.append(LaunchRecord(handle, args, int(xnumel), int(rnumel)))
