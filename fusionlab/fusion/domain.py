@@ -53,8 +53,8 @@ def is_unit_reshape(node: Node, graph: Graph) -> bool:
 def view_blocker(node: Node, graph: Graph) -> str | None:
     """Why this view cannot live inside a kernel (None if it can: an index-only view)."""
     if node.op not in INDEX_VIEWS:
-        return (f"{node.name} is a {node.op} view: it reorders or selects elements, so its input is written "
-                "to memory and read back through a strided view")
+        return (f"{node.name} is a {node.op} view: it selects part of its input, so its input is written to "
+                "memory and read back through a strided view")
     if node.op == "reshape" and not is_unit_reshape(node, graph):
         return (f"{node.name} reshapes {graph[node.inputs[0]].type.text()} to {node.type.text()}: a kernel "
                 "would need a second index space, so the reshape runs as a view between kernels")
