@@ -342,3 +342,18 @@ def test_a_view_an_extern_also_reads_stays_between_kernels() -> None:
     assert any("stays a view between kernels" in d.reason for d in ex.fused.decisions if not d.fused)
     for got, expected in zip(ex(x, w), fn(x, w)):
         torch.testing.assert_close(got, expected)
+
+
+def test_a_stored_reshape_of_another_rank_is_stored_at_its_own_index() -> None:
+    """c = a.unsqueeze(0) * 2 and its reshape r, both returned: one kernel walks c's [1, 6], and stores r at r's own
+    index map (the map of c's rank wrote 5 of r's 6 elements wrong before)."""
+    def fn(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        c = a.unsqueeze(0) * 2
+        r = c.reshape(6)
+        return c, r, r + 1
+
+    ex = fl.explore(fn, torch.randn(6))
+    assert len(ex.fused.kernels) == 1, ex.fused.as_text()
+    fresh = torch.randn(6)
+    for got, expected in zip(ex(fresh), fn(fresh), strict=True):
+        torch.testing.assert_close(got, expected)

@@ -242,3 +242,25 @@ def test_random_conv_networks_match_eager_in_channels_last(seed: int) -> None:
         torch.testing.assert_close(ex(fresh), model(fresh), atol=1e-4, rtol=1e-4, msg=lambda m: f"{model.plan}: {m}")
     converted = [n for n in ex.decomposed.graph.nodes if n.op == "permute" or "contiguous" in n.op]
     assert converted, "the last convolution at least reads a channels-last input"
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, w: (F.conv2d(torch.relu(x), w).relu(), F.max_pool2d(torch.relu(x), 2)),
+    lambda x, w: (F.conv2d(torch.relu(x), w).relu(), F.avg_pool2d(torch.relu(x), 2)),
+    lambda x, w: (F.conv2d(torch.relu(x), w).relu(), F.interpolate(torch.relu(x), scale_factor=2)),
+    lambda x, w: (F.conv2d(torch.relu(x), w).relu(), torch.relu(x)[:, :2]),
+    lambda x, w: (F.conv2d(torch.relu(x), w).relu(), torch.relu(x).view(2, 3, 64)),
+    lambda x, w: F.conv2d(torch.relu(x), w)[:, :2],
+    lambda x, w: F.avg_pool2d(F.conv2d(torch.relu(x), w).relu(), 2).flatten(1),
+], ids=["pool", "avg_pool", "interpolate", "slice", "view", "conv_slice", "pool_flattened"])
+def test_what_the_caller_gets_has_eagers_strides(fn: Any) -> None:
+    """A pool, an interpolation or a view of a convolution's input, or a view of its result, returned to the caller:
+    eager's strides (user code calls .view on them), not the NHWC layout the convolution reads."""
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    ex = fl.explore(fn, x, w, conv_layout="channels_last")
+    fresh = torch.randn_like(x)
+    got, expected = ex(fresh, w), fn(fresh, w)
+    got, expected = (v if isinstance(v, tuple) else (v,) for v in (got, expected))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)
+        assert g.stride() == e.stride()

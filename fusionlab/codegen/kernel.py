@@ -83,7 +83,7 @@ class KernelWriter(IndexWriter):
         node = self.graph[value]
         if value in self.members and node.kind == "reduction":
             # A reduction result exists for the kernel's own rows only ([XBLOCK, 1]): fusion
-            # (domain.misread_reduction) keeps out a group that reads one at another index, where reusing it
+            # (domain.misread) keeps out a group that reads one at another index, where reusing it
             # would be silently wrong.
             if not reads_own_row(node, index_map, self.domain):
                 raise AssertionError(f"{self.name}: {value} is read at {index_map}, not at its own row: the fusion "

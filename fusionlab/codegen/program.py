@@ -95,14 +95,13 @@ class ProgramWriter:
                 through_views.add(graph[name].inputs[0])
         # (a result the caller also gets keeps its own layout unless a kernel reads it directly)
         read = self.kernel_reads | (through_views - set(graph.outputs))
-        self.dense_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
-                              if name in read and not graph[name].param("outputs") and graph[name].type.rank >= 2
-                              and _traced_dense(graph[name].type)}
+        read_externs = [name for group in fused.groups if group.kind == "extern" for name in group.nodes
+                        if name in read and not graph[name].param("outputs") and graph[name].type.rank >= 2]
+        self.dense_externs = {name for name in read_externs if _traced_dense(graph[name].type)}
         # extern results typed channels-last (a convolution of channels-last operands: decompose/layout.py) are made
         # so (no copy when they are): kernels read them with strides known now
-        self.channels_last_externs = {name for group in fused.groups if group.kind == "extern" for name in group.nodes
-                                      if name in read and name not in self.dense_externs
-                                      and not graph[name].param("outputs") and _traced_channels_last(graph[name].type)}
+        self.channels_last_externs = {name for name in read_externs if name not in self.dense_externs
+                                      and _traced_channels_last(graph[name].type)}
 
     def var(self, value: str) -> str:
         return self.namer.identifier(value, f"value:{value}")
@@ -286,7 +285,7 @@ class ProgramWriter:
         self.checks = LaunchChecks(self.graph, self.wrapper_views, self.layouts, self.extern_nodes, self.allocated,
                                    symbolic=bool(self.captured.symbols))
         self.view_aliases = {v: self._view_source(v) for v, (_, offset) in self.layouts.items()
-                             if v not in dense and offset == 0}
+                             if v not in dense and v not in self.channels_last_externs and offset == 0}
         self.dense_views = {v: source for v, source in self.view_aliases.items()
                             if tuple(self.layouts[v][0]) == tuple(contiguous_strides(self.graph[v].type.shape))}
         # the strides of the other views kernels may read (codegen/indexing.py: rows by the flat index)

@@ -62,14 +62,18 @@ def wanted(graph_module: torch.fx.GraphModule, layout: str) -> bool:
 
 def channels_last(graph: Graph) -> Graph:
     """`graph` with its 2-D convolutions in channels-last order (the module's docstring says how)."""
-    convolutions = [n for n in graph.nodes if _converts(n, graph)]
+    visible = _visible(graph)
+    convolutions = [n for n in graph.nodes if _converts(n, graph) and n.name not in visible]
     if not convolutions:
         return graph
-    rewrite = _Rewrite(graph)
+    rewrite = _Rewrite(graph, visible)
     for node in graph.nodes:
         target = node.param("target") if node.kind == "extern" else None
-        if getattr(target, "overloadpacket", target) in _KEEPS_LAYOUT and _is_4d(graph, _operand(node, 0)) \
-                and rewrite.store_channels_last(_operand(node, 0)) and not node.param("outputs"):
+        if getattr(target, "overloadpacket", target) not in _KEEPS_LAYOUT or node.name in visible \
+                or not _is_4d(graph, _operand(node, 0)):
+            continue
+        stored = rewrite.store_channels_last(_operand(node, 0))
+        if stored and not node.param("outputs"):
             rewrite.retype(node)  # (max_pool2d_with_indices also returns indices: its type says only the values')
     for node in convolutions:
         for position in (0, 1):
@@ -92,6 +96,16 @@ def _converts(node: Node, graph: Graph) -> bool:
         and all(isinstance(d, int) for v in operands for d in graph[v.name].type.shape)
 
 
+def _visible(graph: Graph) -> set[str]:
+    """The values whose layout the caller sees: the outputs, and what they view (a returned slice of a value has its
+    strides). They keep the layout eager gives them, and so do the views and ops that read them in that layout."""
+    seen = set(graph.outputs)
+    for node in reversed(graph.nodes):
+        if node.name in seen and node.kind == "view":
+            seen.update(node.inputs)
+    return seen
+
+
 def _operand(node: Node, position: int) -> Any:
     args, _ = node.param("call")
     return args[position] if position < len(args) else None
@@ -104,8 +118,8 @@ def _is_4d(graph: Graph, value: Any) -> bool:
 class _Rewrite:
     """The graph's nodes, with the new ones placed and the readers redirected when `graph()` is called."""
 
-    def __init__(self, graph: Graph) -> None:
-        self.source = graph
+    def __init__(self, graph: Graph, visible: set[str]) -> None:
+        self.source, self.visible = graph, visible
         self.after: dict[str, list[Node]] = {}  # new nodes, placed right after the named node
         self.before: dict[str, list[Node]] = {}  # new nodes, placed right before the named node
         self.redirect: dict[str, str] = {}  # a value -> the channels-last view its readers read instead
@@ -127,7 +141,7 @@ class _Rewrite:
         if value.name in self.redirect:
             return True
         producer = self.source[value.name]
-        if producer.kind not in ("pointwise", "reduction") or value.name in self.source.outputs:
+        if producer.kind not in ("pointwise", "reduction") or value.name in self.visible:
             return False
         shape, dtype = producer.type.shape, producer.type.dtype
         nhwc = tuple(shape[d] for d in NHWC)
@@ -179,11 +193,13 @@ class _Rewrite:
         return Graph(self.source.inputs, tuple(nodes), self.source.outputs, self.source.hints)
 
     def _redirected(self, node: Node) -> Node:
-        """`node` reading each stored-channels-last value through its view."""
+        """`node` reading each stored-channels-last value through its view; a view or an extern op whose result the
+        caller sees keeps reading the value itself (its result would follow the NHWC layout otherwise)."""
         def swap(value: Any) -> Any:
             return Ref(self.redirect[value.name]) if isinstance(value, Ref) and value.name in self.redirect else value
 
-        if not any(v in self.redirect for v in node.inputs):
+        if not any(v in self.redirect for v in node.inputs) or (node.kind in ("view", "extern")
+                                                               and node.name in self.visible):
             return node
         args = tuple(swap(a) for a in node.args)
         params = dict(node.params)

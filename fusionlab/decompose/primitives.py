@@ -126,7 +126,7 @@ VIEWS: tuple[str, ...] = ("reshape", "expand", "permute", "slice", "select")
 
 # Views a kernel reads through by index arithmetic alone: a broadcast, a size-1 reshape, a reordering of dimensions
 # (each dimension still walks one domain dimension). They can fuse; a slice or select needs an offset, a reshape
-# that splits or merges dimensions a second index space.
+# that splits or merges dimensions needs a second index space.
 INDEX_VIEWS: tuple[str, ...] = ("reshape", "expand", "permute")
 
 # Pointwise-kind primitives outside the table above: each computes an element from its *index* rather than only from

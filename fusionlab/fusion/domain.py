@@ -81,7 +81,7 @@ def store_map(node: Node, domain: Domain) -> IndexMap:
     """The index map a kernel stores `node` at: its own row for a reduced value, every dimension otherwise."""
     level = alignment(node.type.shape, domain) or "full"
     if level == "full" and node.kind == "view" and node.op in ("expand", "reshape") \
-            and non_unit(node.type.shape) == non_unit(domain.shape):
+            and node.type.rank == len(domain.shape) and non_unit(node.type.shape) == non_unit(domain.shape):
         return tuple(range(len(domain.shape)))
     return value_map(node.type.shape, domain, level)
 
@@ -132,9 +132,10 @@ def reads_own_row(reduction: Node, index_map: IndexMap, domain: Domain) -> bool:
 def misread(graph: Graph, names: Sequence[str], outputs: Sequence[str], domain: Domain) -> str | None:
     """Why the kernel over `names` would index one of its values wrongly (None if it would not). Walks the index
     maps as codegen emits them: from each stored value and each reduction's source, through views, pointwise ops and
-    concatenations. Each value must be read at a map of its own rank whose dimensions walk domain dimensions of
-    their size (a permute inside the kernel reorders them; shapes alone say nothing on a square tensor), and a
-    reduction's result only at the row it was reduced into."""
+    concatenations. Each value the kernel computes must be read at a map of its own rank whose dimensions walk domain
+    dimensions of their size (a permute inside the kernel reorders them; shapes alone say nothing on a square
+    tensor), a reduction's result only at the row it was reduced into, and a product only at its own positions.
+    (Values loaded from memory are addressed through their strides at whatever map reaches them.)"""
     inside = set(names)
     seen: set[tuple[str, IndexMap]] = set()
     work: list[tuple[str, IndexMap, str]] = [(o, store_map(graph[o], domain), o) for o in outputs]
@@ -152,7 +153,8 @@ def misread(graph: Graph, names: Sequence[str], outputs: Sequence[str], domain: 
         node = graph[value]
         if len(index_map) != node.type.rank or not _walks_its_sizes(node, index_map, domain):
             # a walk this check cannot follow, or one that would index out of the value: do not fuse, never guess
-            return f"{user} reads {value} through a layout the kernel cannot index: it runs in a kernel of its own"
+            how = "is stored" if user == value else f"is read by {user}"
+            return f"{value} {how} through a layout the kernel cannot index: it runs in a kernel of its own"
         if node.kind == "reduction":
             if not reads_own_row(node, index_map, domain):
                 return (f"{user} reads the reduction result {value} along another axis than the rows it was reduced "
@@ -262,7 +264,7 @@ def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domai
                     f"{tuple(domain.shape)}: one kernel writes values of one shape (or its reduced rows)")
     for node in nodes:
         if node.kind in ("pointwise", "reduction") and alignment(node.type.shape, domain) is None \
-                and not _reaches_through_expand(node, set(names), graph):
+                and not _feeds_index_views(node, set(names), graph):
             return f"{node.name} ({node.type.text()}) does not line up with the kernel's shape {tuple(domain.shape)}"
     return misread(graph, names, outputs, domain) or domain
 
@@ -293,13 +295,13 @@ def _matmul_domain(graph: Graph, nodes: Sequence[Node], outputs: Sequence[str],
     group = set(names)
     for node in nodes:
         if node.kind == "pointwise" and tuple(node.type.shape) != domain.shape \
-                and not _reaches_through_expand(node, group, graph):
+                and not _feeds_index_views(node, group, graph):
             return (f"{node.name} ({node.type.text()}) does not line up with the matmul's output "
                     f"{tuple(domain.shape)}")
     return misread(graph, list(names), outputs, domain) or domain
 
 
-def _reaches_through_expand(node: Node, group: set[str], graph: Graph) -> bool:
+def _feeds_index_views(node: Node, group: set[str], graph: Graph) -> bool:
     """A value of another shape inside a group is fine when it only feeds broadcasts and reorderings (computed per
     element; `misread` checks each read of it against the domain's sizes)."""
     users = [n for n in graph.nodes if node.name in n.inputs and n.name in group]

@@ -326,8 +326,10 @@ def _shared_view(partition: _Partition, producer: str, consumer: str) -> str | N
     reorders = any(graph[m].op == "permute" for m in partition.members[producer])
     if not reorders and graph[source].kind != "input" and partition.info(partition.group_of[source]).kind != "extern":
         return None
-    return (f"{partition.members[producer][-1]} is a view of {source} that {elsewhere[0]} reads too: it stays a view "
-            "between kernels (inside this kernel it would be written out as a copy for that reader)")
+    why = ("the layout it gives that reader would be lost: a kernel writes what it stores in its own order"
+           if reorders else "inside this kernel it would be written out as a copy for that reader")
+    return f"{partition.members[producer][-1]} is a view of {source} that {elsewhere[0]} reads too: it stays a view " \
+           f"between kernels ({why})"
 
 
 def _first_reduction(partition: _Partition, group: str) -> str:
