@@ -252,10 +252,17 @@ def test_random_conv_networks_match_eager_in_channels_last(seed: int) -> None:
     lambda x, w: (F.conv2d(torch.relu(x), w).relu(), torch.relu(x).view(2, 3, 64)),
     lambda x, w: F.conv2d(torch.relu(x), w)[:, :2],
     lambda x, w: F.avg_pool2d(F.conv2d(torch.relu(x), w).relu(), 2).flatten(1),
-], ids=["pool", "avg_pool", "interpolate", "slice", "view", "conv_slice", "pool_flattened"])
+    lambda x, w: F.max_pool2d(F.conv2d(x, w), 2),
+    lambda x, w: F.interpolate(F.conv2d(x, w), scale_factor=2),
+    lambda x, w: F.max_pool2d(F.conv2d(x, w), 2, return_indices=True),
+    lambda x, w: F.conv2d(F.conv2d(x.relu(), w), w[:, :1].expand(4, 4, 3, 3).contiguous(), padding=1)[:, :2],
+    lambda x, w: (F.conv2d(p := F.max_pool2d(x.relu(), 2), w).relu(), F.interpolate(p, scale_factor=2)),
+], ids=["pool", "avg_pool", "interpolate", "slice", "view", "conv_slice", "pool_flattened", "pool_of_conv",
+        "interpolate_of_conv", "pool_indices_of_conv", "conv_of_conv_sliced", "interpolate_of_a_pool"])
 def test_what_the_caller_gets_has_eagers_strides(fn: Any) -> None:
-    """A pool, an interpolation or a view of a convolution's input, or a view of its result, returned to the caller:
-    eager's strides (user code calls .view on them), not the NHWC layout the convolution reads."""
+    """A pool, an interpolation or a view of a convolution's input, a view of its result, or an op that reads its
+    result, returned to the caller: eager's strides (user code calls .view on them), not the NHWC layout the
+    convolution reads and writes."""
     x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
     ex = fl.explore(fn, x, w, conv_layout="channels_last")
     fresh = torch.randn_like(x)
@@ -264,3 +271,15 @@ def test_what_the_caller_gets_has_eagers_strides(fn: Any) -> None:
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e)
         assert g.stride() == e.stride()
+
+
+def test_the_backend_returns_eagers_strides() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 1))
+    x = torch.randn(2, 3, 8, 8)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
+    with torch.no_grad():
+        got, expected = compiled(x), model(x)
+    torch.testing.assert_close(got, expected)
+    assert got.stride() == expected.stride()
+    torch._dynamo.reset()

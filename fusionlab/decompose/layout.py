@@ -29,7 +29,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.decompose.builder import short_name
-from fusionlab.ir import Graph, Node, Ref, TensorType, channels_last_strides
+from fusionlab.ir import Graph, Node, Ref, TensorType, channels_last_strides, contiguous_strides
 
 aten = torch.ops.aten
 
@@ -40,6 +40,8 @@ _KEEPS_LAYOUT = frozenset(op for op in (getattr(aten, name, None) for name in (
     "max_pool2d_with_indices", "avg_pool2d", "_adaptive_avg_pool2d")) if op is not None)
 _REASON = ("converts to channels-last for the convolution (conv_layout): cuDNN runs it in NHWC order; "
            "no copy when the tensor is channels-last already")
+_RESTORE = ("makes row-major what the caller gets from this op (conv_layout): its operand may be channels-last, and "
+            "the op's result would follow it")
 
 
 def check_layout(layout: str) -> str:
@@ -127,6 +129,7 @@ class _Rewrite:
         self.names = {n.name for n in graph.nodes}
         self.converted: dict[str, str] = {}  # a value -> its `contiguous(channels_last)` result
         self.reads_original: set[str] = set()  # the permutes that start each copy: they read the value itself
+        self.retyped: set[str] = set()  # results typed channels-last (convolutions, pools)
 
     def _name(self, base: str) -> str:
         name, number = base, 1
@@ -157,17 +160,22 @@ class _Rewrite:
         self.redirect[value.name] = view.name
         return True
 
+    def _contiguous(self, value: Node, name: str, layout: torch.memory_format, like: Node) -> Node:
+        """`aten.contiguous(value, memory_format=layout)`: no copy when `value` is laid out so already."""
+        shape, dtype = value.type.shape, value.type.dtype
+        strides = channels_last_strides(shape) if layout == torch.channels_last else contiguous_strides(shape)
+        reason = _REASON if layout == torch.channels_last else _RESTORE
+        return Node(self._name(name), "extern", short_name(aten.contiguous.default), (),
+                    TensorType(shape, dtype, strides),
+                    tuple(sorted({"target": aten.contiguous.default, "reason": reason,
+                                  "call": ((Ref(value.name),), {"memory_format": layout}),
+                                  "extra_refs": (value.name,)}.items())),
+                    like.origin, like.module, like.source)
+
     def convert_before(self, node: Node, position: int, value: Ref) -> None:
         """`aten.contiguous(value, memory_format=channels_last)` before `node` reads it at `position`."""
         if value.name not in self.converted:
-            original = self.source[value.name]
-            shape, dtype = original.type.shape, original.type.dtype
-            converted = Node(self._name(f"{value.name}_cl"), "extern", short_name(aten.contiguous.default),
-                             (), TensorType(shape, dtype, channels_last_strides(shape)),
-                             tuple(sorted({"target": aten.contiguous.default, "reason": _REASON,
-                                           "call": ((value,), {"memory_format": torch.channels_last}),
-                                           "extra_refs": (value.name,)}.items())),
-                             node.origin, node.module, node.source)
+            converted = self._contiguous(self.source[value.name], f"{value.name}_cl", torch.channels_last, node)
             self.before.setdefault(node.name, []).append(converted)
             self.converted[value.name] = converted.name
         current = self.replaced.get(node.name, node)
@@ -182,6 +190,7 @@ class _Rewrite:
         self.replaced[node.name] = Node(current.name, current.kind, current.op, current.args,
                                         TensorType(shape, current.type.dtype, channels_last_strides(shape)),
                                         current.params, current.origin, current.module, current.source)
+        self.retyped.add(node.name)
 
     def graph(self) -> Graph:
         nodes: list[Node] = []
@@ -190,24 +199,51 @@ class _Rewrite:
             nodes.append(self._redirected(self.replaced.get(node.name, node)))
             nodes.extend(n if n.name in self.reads_original else self._redirected(n)
                          for n in self.after.get(node.name, []))
-        return Graph(self.source.inputs, tuple(nodes), self.source.outputs, self.source.hints)
+        return Graph(self.source.inputs, tuple(self._restored(nodes)), self.source.outputs, self.source.hints)
+
+    def _restored(self, nodes: list[Node]) -> list[Node]:
+        """`nodes` with the operands of each extern op whose result the caller sees made row-major first where they
+        may be channels-last at run time (a converted convolution's result, a pool or interpolation of one, ...):
+        such an op returns its result in its operand's layout."""
+        nhwc = self.retyped | set(self.converted.values()) | set(self.redirect.values())
+        made = {node.name: node for node in nodes}
+        out: list[Node] = []
+        for node in nodes:
+            if node.kind == "extern" and node.name in self.visible and nhwc.intersection(node.inputs):
+                swaps: dict[str, str] = {}
+                for value in [v for v in node.inputs if v in nhwc]:
+                    restored = self._contiguous(made[value], f"{value}_nchw", torch.contiguous_format, node)
+                    out.append(restored)
+                    swaps[value] = restored.name
+                node = _swapped(node, swaps)
+            elif node.kind in ("extern", "view") and nhwc.intersection(node.inputs):
+                nhwc.add(node.name)  # an op's result follows its operand's layout; so does a view's
+            out.append(node)
+        return out
 
     def _redirected(self, node: Node) -> Node:
         """`node` reading each stored-channels-last value through its view; a view or an extern op whose result the
         caller sees keeps reading the value itself (its result would follow the NHWC layout otherwise)."""
-        def swap(value: Any) -> Any:
-            return Ref(self.redirect[value.name]) if isinstance(value, Ref) and value.name in self.redirect else value
-
-        if not any(v in self.redirect for v in node.inputs) or (node.kind in ("view", "extern")
-                                                               and node.name in self.visible):
+        if node.kind in ("view", "extern") and node.name in self.visible:
             return node
-        args = tuple(swap(a) for a in node.args)
-        params = dict(node.params)
-        if "call" in params:
-            params["call"] = pytree.tree_map(swap, params["call"], is_leaf=lambda v: isinstance(v, Ref))
-            params["extra_refs"] = tuple(self.redirect.get(r, r) for r in params.get("extra_refs", ()))
-        return Node(node.name, node.kind, node.op, args, node.type, tuple(sorted(params.items())), node.origin,
-                    node.module, node.source)
+        return _swapped(node, self.redirect)
+
+
+def _swapped(node: Node, swaps: dict[str, str]) -> Node:
+    """`node` reading `swaps[v]` wherever it read `v`."""
+    if not swaps.keys() & set(node.inputs):
+        return node
+
+    def swap(value: Any) -> Any:
+        return Ref(swaps[value.name]) if isinstance(value, Ref) and value.name in swaps else value
+
+    args = tuple(swap(a) for a in node.args)
+    params = dict(node.params)
+    if "call" in params:
+        params["call"] = pytree.tree_map(swap, params["call"], is_leaf=lambda v: isinstance(v, Ref))
+        params["extra_refs"] = tuple(swaps.get(r, r) for r in params.get("extra_refs", ()))
+    return Node(node.name, node.kind, node.op, args, node.type, tuple(sorted(params.items())), node.origin,
+                node.module, node.source)
 
 
 def _with_call(node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:

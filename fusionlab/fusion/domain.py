@@ -79,11 +79,7 @@ def value_map(shape: Sequence[Dim], domain: Domain, level: str) -> IndexMap:
 
 def store_map(node: Node, domain: Domain) -> IndexMap:
     """The index map a kernel stores `node` at: its own row for a reduced value, every dimension otherwise."""
-    level = alignment(node.type.shape, domain) or "full"
-    if level == "full" and node.kind == "view" and node.op in ("expand", "reshape") \
-            and node.type.rank == len(domain.shape) and non_unit(node.type.shape) == non_unit(domain.shape):
-        return tuple(range(len(domain.shape)))
-    return value_map(node.type.shape, domain, level)
+    return value_map(node.type.shape, domain, alignment(node.type.shape, domain) or "full")
 
 
 def view_map(graph: Graph, node: Node, index_map: IndexMap) -> IndexMap:

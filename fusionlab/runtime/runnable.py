@@ -95,9 +95,11 @@ class Runnable:
     def record_launches(self, *tensors: torch.Tensor) -> list[LaunchRecord]:
         """The launches a call would make, in order, recorded instead of run (extern ops do run)."""
         self._records = []
-        self._dry_run(*tensors)
-        records, self._records = self._records, []  # not kept: they hold the call's tensors (its activations)
-        return records
+        try:
+            self._dry_run(*tensors)
+            return self._records
+        finally:
+            self._records = []  # not kept: they hold the call's tensors (a training step's activations)
 
     def _record(self, handle: KernelHandle, *args: Any, xnumel: int, rnumel: int = 1) -> None:
         self._records.append(LaunchRecord(handle, args, int(xnumel), int(rnumel)))
