@@ -97,7 +97,7 @@ class _Graph:
     """One captured layout: the graph, the buffers it reads and writes, which inputs it reads in place."""
 
     graph: torch.cuda.CUDAGraph
-    inputs: list[Any]  # the static buffers of the copied positions (None where a tensor is read in place)
+    inputs: list[Any]  # the copied positions' buffers and the parameters read in place (None: other tensors)
     copied: tuple[int, ...]  # positions copied into a buffer on every call
     in_place: tuple[tuple[int, int], ...]  # (position, data address) read where they lie
     checked: tuple[tuple[int, Any], ...]  # (position, layout) of the in-place inputs that are not parameters
@@ -252,9 +252,11 @@ class CudaGraphs:
             torch.cuda.set_rng_state(rng, device)  # the first replay draws what an eager call would
         if not self.clone_outputs:
             _remember(outputs)
-        # Only the buffers stay referenced: a tensor read in place (another graph's output, a caller's tensor) is not
-        # kept alive by this graph.
-        buffers = [value if position in copied else None for position, value in enumerate(inputs)]
+        # The buffers and the parameters stay referenced (a parameter is matched by its address alone: held, its
+        # memory cannot be another tensor's); another tensor read in place (another graph's output, an expanded
+        # input) is not kept alive by this graph: its layout is checked on every call.
+        buffers = [value if position in copied or position in self.static or isinstance(value, torch.nn.Parameter)
+                   else None for position, value in enumerate(inputs)]
         entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs)
         held.append(entry)
         self.captures += 1
