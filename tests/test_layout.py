@@ -62,11 +62,17 @@ def _explore(model: nn.Module, x: torch.Tensor, layout: str) -> fl.Exploration:
 # 6 channels of 6x6: square sizes, where a layout mistake would not show in the shapes
 @pytest.mark.parametrize("shape", [(2, 8, 12, 10), (2, 6, 6, 6)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_channels_last_block_matches_eager(shape: tuple[int, ...], dtype: torch.dtype, device: str,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_channels_last_block_matches_eager(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> None:
     """On a CPU by asking for it; on CUDA by default ("auto")."""
-    # cuDNN's float32 convolutions round through TF32 by default, differently per layout: compare exact float32
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    # cuDNN's float32 convolutions round through TF32 by default, differently per layout: compare exact float32 (the
+    # context manager: other tests' torch.testing helpers forbid setting the flag itself)
+    cudnn = torch.backends.cudnn
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                     allow_tf32=False):
+        _check_block(shape, dtype, device)
+
+
+def _check_block(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> None:
     torch.manual_seed(0)
     model = Block(shape[1]).eval().to(device, dtype)
     ex = _explore(model, torch.randn(shape, dtype=dtype, device=device), "channels_last" if device == "cpu" else "auto")
