@@ -23,6 +23,7 @@ convolutions, and those whose result the caller gets, keep the traced layout.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -65,7 +66,7 @@ def wanted(graph_module: torch.fx.GraphModule, layout: str) -> bool:
 def channels_last(graph: Graph) -> Graph:
     """`graph` with its 2-D convolutions in channels-last order (the module's docstring says how)."""
     visible = _visible(graph)
-    convolutions = [n for n in graph.nodes if _converts(n, graph) and n.name not in visible]
+    convolutions = [n for n in graph.nodes if n.name not in visible and _converts(n, graph)]
     if not convolutions:
         return graph
     rewrite = _Rewrite(graph, visible)
@@ -81,17 +82,17 @@ def channels_last(graph: Graph) -> Graph:
         for position in (0, 1):
             value = _operand(node, position)
             if not rewrite.store_channels_last(value):
-                rewrite.convert_before(node, position, value)
+                rewrite.convert_before(node, value)
         rewrite.retype(node)
     return rewrite.graph()
 
 
 def _converts(node: Node, graph: Graph) -> bool:
-    """A 2-D, ungrouped, untransposed convolution of static shape whose result the caller does not get."""
+    """A 2-D, ungrouped, untransposed convolution of static shape."""
     if node.kind != "extern" or node.param("target") is not aten.convolution.default:
         return False
     args, _ = node.param("call")
-    if len(args) < 9 or args[6] or args[8] != 1 or node.name in graph.outputs:
+    if len(args) < 9 or args[6] or args[8] != 1:
         return False
     operands = [_operand(node, p) for p in (0, 1)]
     return all(isinstance(v, Ref) and _is_4d(graph, v) for v in operands) and node.type.rank == 4 \
@@ -172,24 +173,21 @@ class _Rewrite:
                                   "extra_refs": (value.name,)}.items())),
                     like.origin, like.module, like.source)
 
-    def convert_before(self, node: Node, position: int, value: Ref) -> None:
-        """`aten.contiguous(value, memory_format=channels_last)` before `node` reads it at `position`."""
+    def convert_before(self, node: Node, value: Ref) -> None:
+        """`aten.contiguous(value, memory_format=channels_last)` before `node` reads it."""
         if value.name not in self.converted:
             converted = self._contiguous(self.source[value.name], f"{value.name}_cl", torch.channels_last, node)
             self.before.setdefault(node.name, []).append(converted)
             self.converted[value.name] = converted.name
         current = self.replaced.get(node.name, node)
-        args, kwargs = current.param("call")
-        args = tuple(Ref(self.converted[value.name]) if i == position else a for i, a in enumerate(args))
-        self.replaced[node.name] = _with_call(current, args, kwargs)
+        self.replaced[node.name] = _swapped(current, {value.name: self.converted[value.name]})
 
     def retype(self, node: Node) -> None:
         """A convolution (or pooling op) of channels-last operands: its result is channels-last."""
         current = self.replaced.get(node.name, node)
         shape = current.type.shape
-        self.replaced[node.name] = Node(current.name, current.kind, current.op, current.args,
-                                        TensorType(shape, current.type.dtype, channels_last_strides(shape)),
-                                        current.params, current.origin, current.module, current.source)
+        self.replaced[node.name] = replace(current, type=TensorType(shape, current.type.dtype,
+                                                                    channels_last_strides(shape)))
         self.retyped.add(node.name)
 
     def graph(self) -> Graph:
@@ -241,16 +239,5 @@ def _swapped(node: Node, swaps: dict[str, str]) -> Node:
     params = dict(node.params)
     if "call" in params:
         params["call"] = pytree.tree_map(swap, params["call"], is_leaf=lambda v: isinstance(v, Ref))
-        params["extra_refs"] = tuple(swaps.get(r, r) for r in params.get("extra_refs", ()))
-    return Node(node.name, node.kind, node.op, args, node.type, tuple(sorted(params.items())), node.origin,
-                node.module, node.source)
-
-
-def _with_call(node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Node:
-    params = dict(node.params)
-    params["call"] = (args, kwargs)
-    params["extra_refs"] = tuple(dict.fromkeys(r.name for r in pytree.tree_leaves((args, kwargs),
-                                                                                   is_leaf=lambda v: isinstance(v, Ref))
-                                               if isinstance(r, Ref)))
-    return Node(node.name, node.kind, node.op, node.args, node.type, tuple(sorted(params.items())), node.origin,
-                node.module, node.source)
+        params["extra_refs"] = tuple(dict.fromkeys(swaps.get(r, r) for r in params.get("extra_refs", ())))
+    return replace(node, args=args, params=tuple(sorted(params.items())))
