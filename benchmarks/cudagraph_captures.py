@@ -45,6 +45,10 @@ def main() -> None:
         graphed = [ex.__dict__.get("graphed") for ex in graph.explorations.values()]
         print(f"graph {graph.index} {graph.role}: {len(graph.explorations)} sizes, "
               f"{[repr(g) for g in graphed]}, ended by {graph.ended_by or 'return'}")
+        for g in graphed:  # saved activations handed out uncopied, and how many are still held after the step
+            if g is not None and g.kept_from is not None:
+                print(f"  saved activations from output {g.kept_from}: {len(g._handed)} storages handed, "
+                      f"{sum(s.held() for s in g._handed)} still held")
     profiler = cProfile.Profile()
     torch.cuda.synchronize()
     profiler.enable()

@@ -50,6 +50,7 @@ class BackendGraph:
     graph_module: torch.fx.GraphModule  # the aten graph as AOTAutograd handed it
     ended_by: str = ""  # the graph break that ended this Dynamo graph (reason and user source line), "" if none
     dynamic: bool = False  # the graph has symbolic sizes: each new size is explored on its first call
+    saved_outputs_from: int | None = None  # a forward graph's first output saved for the backward (AOTAutograd's)
     explorations: dict[tuple[Any, ...], Exploration] = field(default_factory=dict)  # sizes -> exploration
 
     @property
@@ -136,12 +137,24 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
 
     with torch._guards.tracing(None), unset_fake_temporarily():
         ex = explore(graph.graph_module, *args, cudagraphs=cudagraphs, conv_layout=conv_layout)
+        ex.saved_outputs_from = graph.saved_outputs_from
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
         ex.release_examples()  # the stand-ins: as large as the graph's inputs, and uninitialised anyway
         held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
         constants = [held[spec.name][0].detach() for spec in ex.captured.result.inputs if spec.kind != "input"]
     explorations.append(ex)
     return ex, constants
+
+
+def _saved_outputs_from() -> int | None:
+    """Where AOTAutograd's forward graph's outputs turn into what it saves for the backward (its metadata's
+    `num_forward`: mutated inputs, outputs, intermediate bases, then saved tensors); None when it does not say. Any
+    answer is safe for CUDA graphs (an output taken for a saved one is handed out only while nothing else holds it),
+    only slower."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    boundary = getattr(metadata, "num_forward", None)
+    return boundary if isinstance(boundary, int) else None
 
 
 def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *, index: int | None = None,
@@ -153,7 +166,7 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
 
     dynamic_positions = [i for i, value in enumerate(example_inputs) if _is_symbolic(value)]
     graph = BackendGraph(next(_numbers) if index is None else index, role, graph_module, ended_by,
-                         bool(dynamic_positions))
+                         bool(dynamic_positions), _saved_outputs_from() if role == "forward" else None)
     real = [_real(v) for v in example_inputs]
     first, first_constants = _explore(graph, real, cudagraphs, conv_layout)
     graph.explorations[_sizes_key(real, dynamic_positions)] = first

@@ -73,6 +73,9 @@ class Exploration:
         self._rules = decomposition_rules(matmul)  # checks the option now, not at the first stage
         self.conv_layout = check_layout(conv_layout)
         self.cudagraphs = cudagraph_mode(cudagraphs)
+        # the backend's forward graph of a training step: its outputs from this position on are the activations only
+        # its backward graph reads (with cudagraphs=True handed out uncopied: fusionlab.runtime.cudagraphs)
+        self.saved_outputs_from: int | None = None
         if self.cudagraphs:
             held = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
             refuse_cpu(pytree.tree_leaves((args, kwargs)) + held, "the example inputs")
@@ -146,7 +149,8 @@ class Exploration:
         """The compiled program replayed from CUDA graphs (with `cudagraphs=`; fusionlab.runtime.cudagraphs)."""
         static = [i for i, spec in enumerate(self.captured.inputs) if spec.kind != "input"]
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
-        return CudaGraphs(self.compiled, static=static, clone_outputs=self.cudagraphs != "overwrite", name=name)
+        return CudaGraphs(self.compiled, static=static, clone_outputs=self.cudagraphs != "overwrite", name=name,
+                          kept_from=self.saved_outputs_from)
 
     @functools.cached_property
     def _flat_output(self) -> bool:

@@ -82,6 +82,26 @@ def test_graphs_refuse_cpu_inputs_at_the_call() -> None:
         CudaGraphs(lambda x: (x,), warmup=0)
 
 
+def test_handed_memory_is_held_by_any_alias_of_it() -> None:
+    """The check before a replay that overwrites saved activations: the graph's own references do not count; the
+    handed tensor, a view or a detached alias of it (a saved-tensor hook's copy-free pack) do, until dropped."""
+    from fusionlab.runtime.cudagraphs import _Storage
+
+    own = torch.randn(8)  # the graph's output
+    buffer_view = own[:4]  # the graph's other references, taken before the count
+    storage = _Storage(own)
+    assert not storage.held()
+    handed = own.detach()
+    assert storage.held()
+    alias = handed[2:].detach()
+    del handed
+    assert storage.held(), "a detached view of the handed tensor still reads the graph's memory"
+    del alias
+    assert not storage.held()
+    del buffer_view
+    assert not storage.held()
+
+
 # -- on the GPU machine ------------------------------------------------------------------------------
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 
@@ -174,6 +194,54 @@ def test_training_steps_match_eager(mode: bool | str) -> None:
         torch.testing.assert_close(loss, want_loss, rtol=1e-4, atol=1e-4)
         for name, grad in want_grads.items():
             torch.testing.assert_close(grads[name], grad, rtol=1e-3, atol=1e-4, msg=name)
+    torch._dynamo.reset()
+
+
+def _graphed(role: str) -> CudaGraphs:
+    from fusionlab import dynamo_backend
+
+    (graph,) = [g for g in dynamo_backend.graphs if g.role == role][-1:]
+    return graph.exploration.graphed
+
+
+def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
+
+
+@pytest.mark.gpu
+@cuda
+def test_saved_activations_are_not_copied_and_a_second_forward_does_not_overwrite_them() -> None:
+    """cudagraphs=True in training: the forward hands out its saved activations as the graph's memory and the
+    backward reads them there (no copy either way); a forward run while the last one's activations are still held
+    (gradients accumulated over two micro-batches) runs without the graph, so both backwards are right."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8)).cuda()
+    batches = [torch.randn(16, 32, device="cuda") for _ in range(4)]
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": True})
+    for x in batches:  # plain steps: captured, then replayed
+        model.zero_grad()
+        compiled(x).square().sum().backward()
+        got = _grads(model)
+        model.zero_grad()
+        model(x).square().sum().backward()
+        for g, want in zip(got, _grads(model), strict=True):
+            torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-5)
+    forward, backward = _graphed("forward"), _graphed("backward")
+    assert forward.replays >= 2 and forward.bypassed == 0 and backward.bypassed == 0, (forward, backward)
+    assert forward.kept_from is not None
+    (entry,) = [e for entries in backward.graphs.values() for e in entries]
+    saved = len(entry.in_place)
+    assert saved >= 2, "the backward reads the saved activations where the forward left them"
+    # two micro-batches, one backward: the second forward must not overwrite what the first saved
+    model.zero_grad()
+    (compiled(batches[0]).square().sum() + compiled(batches[1]).square().sum()).backward()
+    got = _grads(model)
+    model.zero_grad()
+    (model(batches[0]).square().sum() + model(batches[1]).square().sum()).backward()
+    for g, want in zip(got, _grads(model), strict=True):
+        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-5)
+    assert forward.bypassed >= 1
     torch._dynamo.reset()
 
 
