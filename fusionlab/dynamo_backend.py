@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import register_backend
 
 from fusionlab.capture import fill_template
 from fusionlab.capture.masks import drop_empty_masks
-from fusionlab.decompose.layout import check_layout
+from fusionlab.decompose.layout import check_layout, output_strides
 from fusionlab.explore import Exploration, explore
 from fusionlab.runtime.cudagraphs import cudagraph_mode
 
@@ -157,6 +158,17 @@ def _saved_outputs_from() -> int | None:
     return boundary if isinstance(boundary, int) else None
 
 
+def _report_strides(context: Any, ex: Exploration, graph_module: torch.fx.GraphModule) -> None:
+    """Tell AOTAutograd the strides of the saved activations the layout pass stores channels-last
+    (decompose/layout.py), as Inductor does after its layout choice: it compiles the backward graph for them."""
+    reported = getattr(context, "output_strides", None)
+    graph = ex.decomposed.graph
+    output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
+    if reported is None or len(pytree.tree_leaves(output.args[0])) != len(graph.outputs):
+        return
+    reported.extend(output_strides(graph))
+
+
 def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *, index: int | None = None,
                   role: str = "forward", ended_by: str = "", cudagraphs: bool | str = False,
                   conv_layout: str = "auto") -> Callable[..., Any]:
@@ -168,7 +180,10 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
     graph = BackendGraph(next(_numbers) if index is None else index, role, graph_module, ended_by,
                          bool(dynamic_positions), _saved_outputs_from() if role == "forward" else None)
     real = [_real(v) for v in example_inputs]
+    context = torch._guards.TracingContext.try_get()
     first, first_constants = _explore(graph, real, cudagraphs, conv_layout)
+    if graph.saved_outputs_from is not None and not dynamic_positions:
+        _report_strides(context, first, graph_module)
     graph.explorations[_sizes_key(real, dynamic_positions)] = first
     specialised: dict[tuple[Any, ...], tuple[Exploration, list[torch.Tensor]]] = {
         _sizes_key(real, dynamic_positions): (first, first_constants)}

@@ -74,7 +74,8 @@ class Exploration:
         self.conv_layout = check_layout(conv_layout)
         self.cudagraphs = cudagraph_mode(cudagraphs)
         # the backend's forward graph of a training step: its outputs from this position on are the activations only
-        # its backward graph reads (with cudagraphs=True handed out uncopied: fusionlab.runtime.cudagraphs)
+        # its backward graph reads (they may be stored channels-last: decompose/layout.py; with cudagraphs=True they
+        # are handed out uncopied: fusionlab.runtime.cudagraphs). Set before the first stage is asked for.
         self.saved_outputs_from: int | None = None
         if self.cudagraphs:
             held = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
@@ -130,7 +131,7 @@ class Exploration:
 
     @functools.cached_property
     def decomposed(self) -> Decomposed:
-        return self.captured.decompose(self._rules, self.conv_layout)
+        return self.captured.decompose(self._rules, self.conv_layout, self.saved_outputs_from)
 
     @functools.cached_property
     def fused(self) -> Fused:

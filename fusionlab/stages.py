@@ -126,12 +126,16 @@ class Captured(_Stage):
     seconds: float = 0.0
     previous: None = None
 
-    def decompose(self, rules: dict[Any, Rule] | None = None, layout: str = "auto") -> Decomposed:
+    def decompose(self, rules: dict[Any, Rule] | None = None, layout: str = "auto",
+                  saved_from: int | None = None) -> Decomposed:
         """Rewrite the aten graph into fusionlab's primitives through `rules`, an {aten op: rule} table (default:
         `decomposition_rules("extern")`, as `fl.explore` uses; `decomposition_rules("triton")` for Triton matmuls);
-        `layout` chooses the convolutions' memory layout ("auto": channels-last on CUDA; decompose/layout.py)."""
+        `layout` chooses the convolutions' memory layout ("auto": channels-last on CUDA; decompose/layout.py).
+        `saved_from`: the outputs from this position on are a training step's saved activations, which only its
+        backward graph reads (the backend's forward graphs): the layout may store them channels-last."""
         start = time.perf_counter()
-        result = decompose_graph(self.result, decomposition_rules("extern") if rules is None else rules, layout)
+        result = decompose_graph(self.result, decomposition_rules("extern") if rules is None else rules, layout,
+                                 saved_from)
         return Decomposed(result, self, time.perf_counter() - start)
 
     @property

@@ -13,7 +13,10 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fusionlab as fl
+from fusionlab import dynamo_backend
 from fusionlab.compare import TOLERANCES
+from fusionlab.decompose.layout import output_strides
+from fusionlab.ir import channels_last_strides
 
 aten = torch.ops.aten
 
@@ -157,10 +160,28 @@ def test_training_through_the_backend_in_channels_last() -> None:
         return loss.detach(), [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
 
     expected_loss, expected_grads = step(model)
+    before = dynamo_backend.mark()
     loss, grads = step(compiled)
     torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-4)
     for got, expected in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-3)
+    forward, backward = (next(g for g in dynamo_backend.since(before) if g.role == role)
+                         for role in ("forward", "backward"))
+    saved = forward.exploration.decomposed.graph
+    # the saved activations the convolutions read are stored channels-last (no NCHW copy beside them), and
+    # AOTAutograd compiled the backward graph for those strides
+    reported = [s for s in output_strides(saved) if s is not None]
+    assert len(reported) >= 3, saved.outputs
+    backward_inputs = [a.stride() for a in backward.exploration.example_args if isinstance(a, torch.Tensor)]
+    assert all(tuple(s) in backward_inputs for s in reported), (reported, backward_inputs)
+    # the backward's convolutions read channels-last operands (no conversion of a saved activation: it is one)
+    graph = backward.exploration.decomposed.graph
+    convolutions = [n for n in graph.nodes if n.op == "aten.convolution_backward.default"]
+    assert len(convolutions) == 2
+    for node in convolutions:
+        operands = [graph[v].type.strides for v in node.inputs[:3]]
+        assert all(s is None or s == channels_last_strides(graph[v].type.shape)
+                   for v, s in zip(node.inputs[:3], operands, strict=True)), (node.name, operands)
 
 
 def test_an_unknown_layout_is_refused_by_name() -> None:
@@ -248,6 +269,49 @@ def test_random_conv_networks_match_eager_in_channels_last(seed: int) -> None:
         torch.testing.assert_close(ex(fresh), model(fresh), atol=1e-4, rtol=1e-4, msg=lambda m: f"{model.plan}: {m}")
     converted = [n for n in ex.decomposed.graph.nodes if n.op == "permute" or "contiguous" in n.op]
     assert converted, "the last convolution at least reads a channels-last input"
+
+
+def _strides(tensor: torch.Tensor) -> list[int]:
+    return [stride for stride, size in zip(tensor.stride(), tensor.shape, strict=True) if size > 1]
+
+
+class TrainedConvNet(nn.Module):
+    """RandomConvNet in training (batch statistics), ending in a loss-friendly pool."""
+
+    def __init__(self, seed: int, channels: int) -> None:
+        super().__init__()
+        self.net = RandomConvNet(seed, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_avg_pool2d(self.net(x), 2).flatten(1)
+
+
+@pytest.mark.parametrize("seed", range(max(SEEDS // 3, 2)))
+def test_random_conv_networks_train_in_channels_last(seed: int) -> None:
+    """Training steps of random conv networks through the backend: the forward stores its saved activations
+    channels-last, the backward's convolutions read them so; the loss, every gradient (the input's too, on odd
+    seeds) and the gradients' layouts are eager's."""
+    channels = (4, 6, 8)[seed % 3]
+    size = (6, 7, 8)[seed % 3]
+    torch.manual_seed(seed)
+    model = TrainedConvNet(seed, channels).train()
+    x = torch.randn(2, channels, size, size, requires_grad=bool(seed % 2))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
+
+    def step(run: Any) -> list[torch.Tensor]:
+        model.zero_grad()
+        x.grad = None
+        run(x).square().mean().backward()
+        grads = [p.grad for p in model.parameters()] + ([x.grad] if x.requires_grad else [])
+        return [g.clone(memory_format=torch.preserve_format) for g in grads if g is not None]
+
+    expected = step(model)
+    got = step(compiled)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-3, msg=lambda m: f"{model.net.plan}: {m}")
+        assert _strides(g) == _strides(e), "a gradient in eager's layout (dims of size 1 aside)"
+    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("fn", [

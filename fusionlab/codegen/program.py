@@ -96,12 +96,16 @@ class ProgramWriter:
         # (a result the caller also gets keeps its own layout unless a kernel reads it directly)
         read = self.kernel_reads | (through_views - set(graph.outputs))
         read_externs = [name for group in fused.groups if group.kind == "extern" for name in group.nodes
-                        if name in read and not graph[name].param("outputs") and graph[name].type.rank >= 2]
-        self.dense_externs = {name for name in read_externs if _traced_dense(graph[name].type)}
-        # extern results typed channels-last (a convolution of channels-last operands: decompose/layout.py) are made
-        # so (no copy when they are): kernels read them with strides known now
+                        if name in read and graph[name].type.rank >= 2]
+        self.dense_externs = {name for name in read_externs if not graph[name].param("outputs")
+                              and _traced_dense(graph[name].type)}
+        # extern results typed channels-last (a convolution of channels-last operands, or the input's gradient from
+        # its backward, the first of its results: decompose/layout.py) are made so (no copy when they are): kernels
+        # read them with strides known now
+        # (of an op with several results, only a first result a kernel reads: the op may not return one at all)
         self.channels_last_externs = {name for name in read_externs if name not in self.dense_externs
-                                      and _traced_channels_last(graph[name].type)}
+                                      and _traced_channels_last(graph[name].type)
+                                      and (not graph[name].param("outputs") or name in self.kernel_reads)}
 
     def var(self, value: str) -> str:
         return self.namer.identifier(value, f"value:{value}")
@@ -225,10 +229,11 @@ class ProgramWriter:
                           f"eagerly{where}")
         if node.param("outputs"):
             self.lines.append(f"    {self.var(node.name)} = {target}[0]")
-        elif node.name in self.dense_externs:
+        if node.name in self.dense_externs:
             self.lines.append(f"    {target} = {target}.contiguous()  # dense as traced: no copy when it is")
         elif node.name in self.channels_last_externs:
-            self.lines.append(f"    {target} = {target}.contiguous(memory_format=torch.channels_last)  # no copy when "
+            first = self.var(node.name)
+            self.lines.append(f"    {first} = {first}.contiguous(memory_format=torch.channels_last)  # no copy when "
                               "it is")
 
     def view(self, node: Node) -> None:

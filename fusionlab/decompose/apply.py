@@ -90,9 +90,11 @@ class DecomposeResult:
     values: tuple[tuple[str, str], ...] = ()  # (aten node, the IR value holding its result), in program order
 
 
-def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, layout: str = "auto") -> DecomposeResult:
+def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, layout: str = "auto",
+              saved_from: int | None = None) -> DecomposeResult:
     """Apply the rule table to every aten node, in program order; then choose the convolutions' layout (`layout`:
-    decompose/layout.py)."""
+    decompose/layout.py; the outputs from `saved_from` on are saved activations, which may come back
+    channels-last)."""
     table = RULES if rules is None else rules
     nodes: list[Node] = []
     builder = Builder(nodes, {})
@@ -140,7 +142,7 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     running = {node.origin for node in live if node.kind == "extern"}  # an extern no output needs is not run
     graph = Graph(tuple(inputs), live, tuple(outputs), hints)
     if layouts.wanted(captured.graph_module, layout):
-        graph = layouts.channels_last(graph)
+        graph = layouts.channels_last(graph, saved_from)
     return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
 
 

@@ -63,13 +63,15 @@ def wanted(graph_module: torch.fx.GraphModule, layout: str) -> bool:
     return False
 
 
-def channels_last(graph: Graph) -> Graph:
-    """`graph` with its 2-D convolutions in channels-last order (the module's docstring says how)."""
-    visible = _visible(graph)
+def channels_last(graph: Graph, hidden_from: int | None = None) -> Graph:
+    """`graph` with its 2-D convolutions in channels-last order (the module's docstring says how). The outputs from
+    position `hidden_from` on are no caller's (a training step's saved activations, which only its backward graph
+    reads): they may come back channels-last, as `output_strides` says."""
+    visible = _visible(graph, hidden_from)
     convolutions = [n for n in graph.nodes if n.name not in visible and _converts(n, graph)]
     if not convolutions:
         return graph
-    rewrite = _Rewrite(graph, visible)
+    rewrite = _Rewrite(graph, visible, hidden_from)
     for node in graph.nodes:
         target = node.param("target") if node.kind == "extern" else None
         if getattr(target, "overloadpacket", target) not in _KEEPS_LAYOUT or node.name in visible \
@@ -79,34 +81,69 @@ def channels_last(graph: Graph) -> Graph:
         if stored and not node.param("outputs"):
             rewrite.retype(node)  # (max_pool2d_with_indices also returns indices: its type says only the values')
     for node in convolutions:
-        for position in (0, 1):
+        backward = node.param("target") is aten.convolution_backward.default
+        for position in (0, 1, 2) if backward else (0, 1):  # (the gradient,) the input, the weight
             value = _operand(node, position)
             if not rewrite.store_channels_last(value):
                 rewrite.convert_before(node, value)
-        rewrite.retype(node)
+        rewrite.converting.add(node.name)
+        if not backward or _operand(node, 10)[0]:  # (a backward's first result is the input's gradient, if asked)
+            rewrite.retype(node)
     return rewrite.graph()
 
 
+# A convolution's arguments: how many are tensors (input, weight; or gradient, input, weight), where its `transposed`
+# and `groups` flags are, and how many it takes
+_CONVOLUTIONS = {aten.convolution.default: (2, 6, 8, 9), aten.convolution_backward.default: (3, 7, 9, 11)}
+
+
 def _converts(node: Node, graph: Graph) -> bool:
-    """A 2-D, ungrouped, untransposed convolution of static shape."""
-    if node.kind != "extern" or node.param("target") is not aten.convolution.default:
+    """A 2-D, ungrouped, untransposed convolution (or its backward) of static shape."""
+    if node.kind != "extern" or node.param("target") not in _CONVOLUTIONS:
         return False
+    tensors, transposed, groups, count = _CONVOLUTIONS[node.param("target")]
     args, _ = node.param("call")
-    if len(args) < 9 or args[6] or args[8] != 1:
+    if len(args) < count or args[transposed] or args[groups] != 1:
         return False
-    operands = [_operand(node, p) for p in (0, 1)]
+    operands = [_operand(node, p) for p in range(tensors)]
     return all(isinstance(v, Ref) and _is_4d(graph, v) for v in operands) and node.type.rank == 4 \
         and all(isinstance(d, int) for v in operands for d in graph[v.name].type.shape)
 
 
-def _visible(graph: Graph) -> set[str]:
-    """The values whose layout the caller sees: the outputs, and what they view (a returned slice of a value has its
-    strides). They keep the layout eager gives them, and so do the views and ops that read them in that layout."""
-    seen = set(graph.outputs)
+def _visible(graph: Graph, hidden_from: int | None = None) -> set[str]:
+    """The values whose layout the caller sees: the outputs (before `hidden_from`; a hidden one that is a view of a
+    value too, not an op's second result), and what they view (a returned slice of a value has its strides). They
+    keep the layout eager gives them, and so do the views and ops that read them in that layout. A convolution's
+    backward is not seen through the gradients it returns: the weight's is made row-major after it
+    (`_Rewrite.graph`)."""
+    shown = graph.outputs if hidden_from is None else graph.outputs[:hidden_from]
+    seen = set(shown) | {name for name in graph.outputs if graph[name].kind == "view" and graph[name].op != "output_of"}
     for node in reversed(graph.nodes):
-        if node.name in seen and node.kind == "view":
+        if node.name in seen and node.kind == "view" and not _of_conv_backward(graph, node):
             seen.update(node.inputs)
     return seen
+
+
+def _of_conv_backward(graph: Graph, node: Node) -> bool:
+    return node.op == "output_of" and graph[node.inputs[0]].param("target") is aten.convolution_backward.default
+
+
+def output_strides(graph: Graph) -> list[tuple[int, ...] | None]:
+    """Per output of `graph` (as `channels_last` left it), its strides where they are not the ones eager gives:
+    a hidden output stored channels-last (a permute of a kernel's NHWC copy, or a converted convolution's result);
+    None elsewhere. AOTAutograd compiles the backward graph for the saved activations' strides reported so."""
+    strides: list[tuple[int, ...] | None] = []
+    for name in graph.outputs:
+        node = graph[name]
+        shape = node.type.shape
+        stored = node.kind == "view" and node.op == "permute" and tuple(node.param("dims")) == NCHW \
+            and graph[node.inputs[0]].op == "copy" and graph[graph[node.inputs[0]].inputs[0]].op == "permute"
+        if node.type.rank == 4 and all(isinstance(d, int) for d in shape) and (
+                stored or (node.kind == "extern" and node.type.strides == channels_last_strides(shape))):
+            strides.append(tuple(int(d) for d in channels_last_strides(shape)))
+        else:
+            strides.append(None)
+    return strides
 
 
 def _operand(node: Node, position: int) -> Any:
@@ -121,8 +158,8 @@ def _is_4d(graph: Graph, value: Any) -> bool:
 class _Rewrite:
     """The graph's nodes, with the new ones placed and the readers redirected when `graph()` is called."""
 
-    def __init__(self, graph: Graph, visible: set[str]) -> None:
-        self.source, self.visible = graph, visible
+    def __init__(self, graph: Graph, visible: set[str], hidden_from: int | None = None) -> None:
+        self.source, self.visible, self.hidden_from = graph, visible, hidden_from
         self.after: dict[str, list[Node]] = {}  # new nodes, placed right after the named node
         self.before: dict[str, list[Node]] = {}  # new nodes, placed right before the named node
         self.redirect: dict[str, str] = {}  # a value -> the channels-last view its readers read instead
@@ -131,6 +168,7 @@ class _Rewrite:
         self.converted: dict[str, str] = {}  # a value -> its `contiguous(channels_last)` result
         self.reads_original: set[str] = set()  # the permutes that start each copy: they read the value itself
         self.retyped: set[str] = set()  # results typed channels-last (convolutions, pools)
+        self.converting: set[str] = set()  # the convolutions (and backwards) given channels-last operands
 
     def _name(self, base: str) -> str:
         name, number = base, 1
@@ -197,7 +235,24 @@ class _Rewrite:
             nodes.append(self._redirected(self.replaced.get(node.name, node)))
             nodes.extend(n if n.name in self.reads_original else self._redirected(n)
                          for n in self.after.get(node.name, []))
-        return Graph(self.source.inputs, tuple(self._restored(nodes)), self.source.outputs, self.source.hints)
+        outputs = tuple(self.redirect.get(name, name) if name not in self.visible else name
+                        for name in self.source.outputs)
+        nodes, outputs = self._weight_gradients(nodes, outputs)
+        return Graph(self.source.inputs, tuple(self._restored(nodes)), outputs, self.source.hints)
+
+    def _weight_gradients(self, nodes: list[Node], outputs: tuple[str, ...]) -> tuple[list[Node], tuple[str, ...]]:
+        """A converted convolution's backward returns the weight's gradient channels-last: the caller gets it
+        row-major, as eager gives it (`aten.contiguous` after the backward)."""
+        out: list[Node] = []
+        swaps: dict[str, str] = {}
+        for node in nodes:
+            out.append(node)
+            if node.kind == "view" and _of_conv_backward(self.source, node) and node.name in outputs \
+                    and node.type.rank == 4 and node.inputs[0] in self.converting:
+                restored = self._contiguous(node, f"{node.name}_nchw", torch.contiguous_format, node)
+                out.append(restored)
+                swaps[node.name] = restored.name
+        return out, tuple(swaps.get(name, name) for name in outputs)
 
     def _restored(self, nodes: list[Node]) -> list[Node]:
         """`nodes` with the operands of each extern op whose result the caller sees made row-major first where they
