@@ -13,6 +13,7 @@ element is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fusionlab.codegen import online_softmax, welford
@@ -20,7 +21,7 @@ from fusionlab.codegen.kinds import KernelKind, kernel_kind
 from fusionlab.decompose.primitives import INDEXED
 from fusionlab.fusion.domain import Domain, alignment, non_unit
 from fusionlab.fusion.fuse import FusionGroup
-from fusionlab.ir import Graph, static_value
+from fusionlab.ir import Dim, Graph, static_value
 
 PERSISTENT_LIMIT = 16384
 HEAVY_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "erf", "erfinv", "tanh", "sigmoid",
@@ -95,8 +96,10 @@ class KernelPlan:
         return "pointwise: one flat pass"
 
 
-def plan_kernel(graph: Graph, group: FusionGroup, contiguous: set[str], force_looped: bool = False) -> KernelPlan:
-    """The plan of a pointwise or reduction group's kernel; `contiguous` names the values known to be dense."""
+def plan_kernel(graph: Graph, group: FusionGroup, contiguous: set[str], force_looped: bool = False,
+                strides: Mapping[str, tuple[Dim, ...]] | None = None) -> KernelPlan:
+    """The plan of a pointwise or reduction group's kernel; `contiguous` names the values known to be dense,
+    `strides` the other values' strides where they are known when the program is built."""
     domain = group.domain
     assert domain is not None
     reduction = domain.is_reduction
@@ -111,14 +114,17 @@ def plan_kernel(graph: Graph, group: FusionGroup, contiguous: set[str], force_lo
     shape = KernelPlan(kernel_kind(group.kind), domain, layout, tiled, False)
     # A reduction over leading axes reads its rows with a stride: it loops over small [XBLOCK, RBLOCK] tiles, wide
     # along the contiguous outer dimension, instead of holding strided rows in registers.
+    # So does one over trailing axes of an operand whose contiguous dimension is kept (a channels-last NCHW value
+    # summed over H and W: each row's elements lie C apart, consecutive rows are adjacent).
+    outer = reduction and (not shape.trailing_axes or _kept_contiguous(graph, group, domain, contiguous, strides or {}))
     persistent = (reduction and not force_looped and rnumel is not None and rnumel <= PERSISTENT_LIMIT
-                  and shape.trailing_axes)
+                  and not outer)
     # A looped mean followed by a sum/mean of squared deviations from it: both in one Welford pass.
     partners = welford.partners(graph, group.nodes) if reduction and not persistent else {}
     # A looped amax followed by the sum of exp(x - amax): both in one pass (online softmax).
     online = online_softmax.partners(graph, group.nodes) if reduction and not persistent else {}
     kind: KernelKind = "tiled" if tiled else kernel_kind(group.kind)
-    if reduction and not shape.trailing_axes:
+    if outer:
         kind = "outer_reduction"
     heavy = sum(1 for n in group.nodes if graph[n].op in HEAVY_OPS and alignment(graph[n].type.shape, domain) == "full")
     heavy += max(0, sum(1 for o in group.outputs if alignment(graph[o].type.shape, domain) == "full") - 1)
@@ -128,6 +134,22 @@ def plan_kernel(graph: Graph, group: FusionGroup, contiguous: set[str], force_lo
                                                              for n in group.nodes) else 1
     return KernelPlan(kind, domain, layout, tiled, persistent, tuple(partners.items()), heavy, accumulators,
                       online=tuple(online.items()))
+
+
+def _kept_contiguous(graph: Graph, group: FusionGroup, domain: Domain, contiguous: set[str],
+                     strides: Mapping[str, tuple[Dim, ...]]) -> bool:
+    """Whether an operand the group reads over its whole domain has its unit stride on a dimension the reduction
+    keeps (strides known when the program is built, or as traced)."""
+    for value in group.inputs:
+        node = graph[value]
+        if value in contiguous or tuple(node.type.shape) != tuple(domain.shape):
+            continue
+        known = strides.get(value, node.type.strides)
+        unit = [d for d, (stride, size) in enumerate(zip(known or (), domain.shape, strict=False))
+                if stride == 1 and size != 1]
+        if unit and unit[-1] not in domain.axes:
+            return True
+    return False
 
 
 def plan_matmul(graph: Graph, group: FusionGroup) -> KernelPlan:

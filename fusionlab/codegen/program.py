@@ -175,7 +175,7 @@ class ProgramWriter:
             source = MatmulWriter(self.graph, group, name, dense).write()
         else:
             dense = dense | set(self.dense_views)
-            plan = plan_kernel(self.graph, group, dense, self.force_looped)
+            plan = plan_kernel(self.graph, group, dense, self.force_looped, self.view_strides)
             source = KernelWriter(self.graph, group, name, dense, plan, self.view_strides).write()
         self.kernels.append(source)
         where = f" (in {comment(group.module)})" if group.module else ""
