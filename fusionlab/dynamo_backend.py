@@ -52,6 +52,7 @@ class BackendGraph:
     ended_by: str = ""  # the graph break that ended this Dynamo graph (reason and user source line), "" if none
     dynamic: bool = False  # the graph has symbolic sizes: each new size is explored on its first call
     saved_outputs_from: int | None = None  # a forward graph's first output saved for the backward (AOTAutograd's)
+    input_updates: tuple[int, ...] = ()  # outputs AOTAutograd copies into mutated inputs (data only) and lets go
     explorations: dict[tuple[Any, ...], Exploration] = field(default_factory=dict)  # sizes -> exploration
 
     @property
@@ -138,13 +139,26 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
 
     with torch._guards.tracing(None), unset_fake_temporarily():
         ex = explore(graph.graph_module, *args, cudagraphs=cudagraphs, conv_layout=conv_layout)
-        ex.saved_outputs_from = graph.saved_outputs_from
+        ex.saved_outputs_from, ex.input_updates = graph.saved_outputs_from, graph.input_updates
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
         ex.release_examples()  # the stand-ins: as large as the graph's inputs, and uninitialised anyway
         held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
         constants = [held[spec.name][0].detach() for spec in ex.captured.result.inputs if spec.kind != "input"]
     explorations.append(ex)
     return ex, constants
+
+
+def _input_updates() -> tuple[int, ...]:
+    """The graph's outputs that are new values of its mutated inputs, which AOTAutograd's epilogue copies into the
+    inputs and lets go (data mutations only: a metadata or storage mutation makes the input alias the output)."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    indices, infos = getattr(metadata, "mutated_inp_runtime_indices", None), getattr(metadata, "input_info", None)
+    if not isinstance(indices, list) or infos is None:
+        return ()
+    return tuple(position for position, index in enumerate(indices)
+                 if getattr(infos[index], "mutates_data", False)
+                 and not getattr(infos[index], "mutates_metadata", True))
 
 
 def _saved_outputs_from() -> int | None:
@@ -178,7 +192,8 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
 
     dynamic_positions = [i for i, value in enumerate(example_inputs) if _is_symbolic(value)]
     graph = BackendGraph(next(_numbers) if index is None else index, role, graph_module, ended_by,
-                         bool(dynamic_positions), _saved_outputs_from() if role == "forward" else None)
+                         bool(dynamic_positions), _saved_outputs_from() if role == "forward" else None,
+                         _input_updates() if role != "backward" else ())
     real = [_real(v) for v in example_inputs]
     context = torch._guards.TracingContext.try_get()
     first, first_constants = _explore(graph, real, cudagraphs, conv_layout)

@@ -77,6 +77,9 @@ class Exploration:
         # its backward graph reads (they may be stored channels-last: decompose/layout.py; with cudagraphs=True they
         # are handed out uncopied: fusionlab.runtime.cudagraphs). Set before the first stage is asked for.
         self.saved_outputs_from: int | None = None
+        # the backend's outputs that AOTAutograd copies into mutated inputs at once (with cudagraphs=True handed out
+        # uncopied too)
+        self.input_updates: tuple[int, ...] = ()
         if self.cudagraphs:
             held = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
             refuse_cpu(pytree.tree_leaves((args, kwargs)) + held, "the example inputs")
@@ -151,7 +154,7 @@ class Exploration:
         static = [i for i, spec in enumerate(self.captured.inputs) if spec.kind != "input"]
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
         return CudaGraphs(self.compiled, static=static, clone_outputs=self.cudagraphs != "overwrite", name=name,
-                          kept_from=self.saved_outputs_from)
+                          kept_from=self.saved_outputs_from, handed=self.input_updates)
 
     @functools.cached_property
     def _flat_output(self) -> bool:

@@ -5,6 +5,7 @@ draws what eager draws from the same seed."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -211,37 +212,41 @@ def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
 @pytest.mark.gpu
 @cuda
 def test_saved_activations_are_not_copied_and_a_second_forward_does_not_overwrite_them() -> None:
-    """cudagraphs=True in training: the forward hands out its saved activations as the graph's memory and the
-    backward reads them there (no copy either way); a forward run while the last one's activations are still held
-    (gradients accumulated over two micro-batches) runs without the graph, so both backwards are right."""
+    """cudagraphs=True in training: the forward hands out its saved activations, and the new running statistics
+    of its batch norm, as the graph's memory and the backward reads the activations there (no copy either way); a
+    forward run while the last one's activations are still held (gradients accumulated over two micro-batches)
+    runs without the graph, so both backwards are right. Gradients and running statistics as eager's twin's."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8)).cuda()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64), torch.nn.Tanh(),
+                                torch.nn.Linear(64, 8)).cuda()
+    twin = copy.deepcopy(model)
     batches = [torch.randn(16, 32, device="cuda") for _ in range(4)]
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": True})
-    for x in batches:  # plain steps: captured, then replayed
-        model.zero_grad()
-        compiled(x).square().sum().backward()
-        got = _grads(model)
-        model.zero_grad()
-        model(x).square().sum().backward()
-        for g, want in zip(got, _grads(model), strict=True):
+
+    def check(*steps: torch.Tensor) -> None:
+        for module in (model, twin):
+            module.zero_grad()
+        sum(compiled(x).square().sum() for x in steps).backward()  # type: ignore[union-attr]
+        sum(twin(x).square().sum() for x in steps).backward()  # type: ignore[union-attr]
+        for g, want in zip(_grads(model), _grads(twin), strict=True):
             torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-5)
+        for got, want in zip(model.buffers(), twin.buffers(), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+    for x in batches:  # plain steps: captured, then replayed
+        check(x)
     forward, backward = _graphed("forward"), _graphed("backward")
     assert forward.replays >= 2 and forward.bypassed == 0 and backward.bypassed == 0, (forward, backward)
-    assert forward.kept_from is not None
+    assert forward.kept_from is not None and len(forward.handed) == 3, "saved activations and statistics uncopied"
     (entry,) = [e for entries in backward.graphs.values() for e in entries]
-    saved = len(entry.in_place)
-    assert saved >= 2, "the backward reads the saved activations where the forward left them"
+    assert len(entry.in_place) >= 2, "the backward reads the saved activations where the forward left them"
     # two micro-batches, one backward: the second forward must not overwrite what the first saved
-    model.zero_grad()
-    (compiled(batches[0]).square().sum() + compiled(batches[1]).square().sum()).backward()
-    got = _grads(model)
-    model.zero_grad()
-    (model(batches[0]).square().sum() + model(batches[1]).square().sum()).backward()
-    for g, want in zip(got, _grads(model), strict=True):
-        torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-5)
+    check(batches[0], batches[1])
     assert forward.bypassed >= 1
+    replays = forward.replays
+    check(batches[2])  # and the graph is replayed again once the backward has run
+    assert forward.replays == replays + 1, forward
     torch._dynamo.reset()
 
 

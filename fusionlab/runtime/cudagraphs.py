@@ -110,7 +110,20 @@ class _Graph:
     in_place: tuple[tuple[int, int], ...]  # (position, data address) read where they lie
     checked: tuple[tuple[int, Any], ...]  # (position, layout) of the in-place inputs that are not parameters
     outputs: tuple[torch.Tensor, ...]
-    kept: tuple[_Storage, ...] = ()  # the graph memory its saved activations are handed out on (`kept_from`)
+    cloned: tuple[int, ...] = ()  # the outputs copied out of the graph's memory on every call
+    kept: tuple[_Storage, ...] = ()  # the graph memory the other outputs are handed out on (`kept_from`, `handed`)
+
+
+def _copy_all(destinations: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
+    """`torch._foreach_copy_` per dtype and device: its fused kernels take lists of one dtype (mixed lists, a batch
+    norm's int64 step count among bf16 activations, fall back to one copy_ launch per tensor)."""
+    groups: dict[tuple[torch.dtype, torch.device], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+    for destination, source in zip(destinations, sources, strict=True):
+        pair = groups.setdefault((destination.dtype, destination.device), ([], []))
+        pair[0].append(destination)
+        pair[1].append(source)
+    for group_destinations, group_sources in groups.values():
+        torch._foreach_copy_(group_destinations, group_sources)
 
 
 class _Storage:
@@ -141,7 +154,7 @@ class CudaGraphs:
 
     def __init__(self, function: Callable[..., Sequence[torch.Tensor]], *, static: Iterable[int] = (),
                  clone_outputs: bool = True, warmup: int = 2, max_graphs: int = 16, name: str = "program",
-                 kept_from: int | None = None) -> None:
+                 kept_from: int | None = None, handed: Iterable[int] = ()) -> None:
         if warmup < 1:
             raise ValueError(f"warmup must be at least 1 (the first call compiles the kernels), got {warmup}")
         self.function = function
@@ -162,6 +175,9 @@ class CudaGraphs:
         # outputs from this position on are handed out uncopied (saved activations; with clone_outputs only); the
         # last call's graph memory, by its storages: the next replay waits until nothing but the graph holds them
         self.kept_from = kept_from if clone_outputs else None
+        # other outputs handed out uncopied, checked the same way: AOTAutograd's new values of mutated inputs, which
+        # it copies into the inputs and lets go at once
+        self.handed = frozenset(handed) if clone_outputs else frozenset()
         self._handed: tuple[_Storage, ...] = ()
         self.bypassed = 0  # calls run without the graph: the memory they would overwrite was still held
 
@@ -188,22 +204,25 @@ class CudaGraphs:
         if entry is None:
             entry = self._capture(tensors)
         if entry.copied:
-            torch._foreach_copy_([entry.inputs[i] for i in entry.copied], [tensors[i] for i in entry.copied])
+            _copy_all([entry.inputs[i] for i in entry.copied], [tensors[i] for i in entry.copied])
         entry.graph.replay()
         self.replays += 1
         if not self.clone_outputs:
             for output in entry.outputs:
                 torch.autograd.graph.increment_version(output)
             return entry.outputs
-        cloned = entry.outputs if self.kept_from is None else entry.outputs[:self.kept_from]
+        cloned = [entry.outputs[i] for i in entry.cloned]
         copies = [torch.empty_like(o) for o in cloned]
-        if copies:
-            torch._foreach_copy_(copies, list(cloned))
-        if self.kept_from is None:
+        _copy_all(copies, cloned)
+        if len(copies) == len(entry.outputs):
             return tuple(copies)
-        # new tensor objects on the graph's memory: when autograd lets them go, the memory is free to overwrite
+        # the others: new tensor objects on the graph's memory (when their holders let them go, the memory is free
+        # to overwrite)
         self._handed = entry.kept
-        return (*copies, *(o.detach() if isinstance(o, torch.Tensor) else o for o in entry.outputs[self.kept_from:]))
+        results = [o.detach() if isinstance(o, torch.Tensor) else o for o in entry.outputs]
+        for position, copy in zip(entry.cloned, copies, strict=True):
+            results[position] = copy
+        return tuple(results)
 
     def _made_by_a_bypass(self, tensors: Sequence[Any]) -> bool:
         """Whether a call that matches no graph brings, where a graph reads another graph's memory in place, a
@@ -307,20 +326,25 @@ class CudaGraphs:
         if not self.clone_outputs:
             _remember(outputs)
         kept: tuple[_Storage, ...] = ()
-        if self.clone_outputs and self.kept_from is not None:
-            saved = [o for o in outputs[self.kept_from:] if isinstance(o, torch.Tensor)]
+        uncopied = {i for i in range(len(outputs)) if i in self.handed
+                    or (self.kept_from is not None and i >= self.kept_from)} if self.clone_outputs else set()
+        cloned = tuple(i for i in range(len(outputs)) if i not in uncopied)
+        if uncopied:
+            saved = [o for o in outputs[self.kept_from:] if isinstance(o, torch.Tensor)] \
+                if self.kept_from is not None else []
             _remember(saved)  # another graph (the backward) reads them where they lie
             # the memory a replay writes: its own, and the buffers it copies inputs into (not what it reads in place)
             unwritten = {t.untyped_storage().data_ptr() for position, t in enumerate(inputs)
                          if isinstance(t, torch.Tensor) and position not in copied}
-            written = {t.untyped_storage().data_ptr(): t for t in saved if t.untyped_storage().nbytes()}
+            written = {t.untyped_storage().data_ptr(): t for t in (outputs[i] for i in sorted(uncopied))
+                       if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes()}
             kept = tuple(_Storage(t) for address, t in written.items() if address not in unwritten)
         # The buffers and the parameters stay referenced (a parameter is matched by its address alone: held, its
         # memory cannot be another tensor's); another tensor read in place (another graph's output, an expanded
         # input) is not kept alive by this graph: its layout is checked on every call.
         buffers = [value if position in copied or position in self.static or isinstance(value, torch.nn.Parameter)
                    else None for position, value in enumerate(inputs)]
-        entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs, kept)
+        entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs, cloned, kept)
         held.append(entry)
         self.captures += 1
         return entry
