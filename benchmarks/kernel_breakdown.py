@@ -1,0 +1,63 @@
+"""Where a zoo model's GPU time goes through the backend: one step (inference or a training step, GPU size, bf16),
+per `conv_layout`, profiled by torch.profiler; the kernels summed by name, the costliest first, with the total.
+
+    python benchmarks/kernel_breakdown.py [MODEL] [inference|training] [LAYOUT ...]   # default: resnet50 training auto
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from fusionlab import models
+
+
+def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
+    model, inputs = models.build(name, "gpu", device=torch.device("cuda"), dtype=torch.bfloat16, train=train)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": layout})
+
+    def step() -> None:
+        if train:
+            for parameter in model.parameters():
+                parameter.grad = None
+            models.loss_of(compiled(**inputs)).backward()
+        else:
+            with torch.no_grad():
+                compiled(**inputs)
+
+    start = time.perf_counter()
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    print(f"\n## {name} {'training' if train else 'inference'}, conv_layout={layout!r} "
+          f"(compile and 3 steps {time.perf_counter() - start:.0f} s)")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            entry = totals[event.name[:90]]
+            entry[0] += 1
+            entry[1] += event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total
+    whole = sum(t for _, t in totals.values())
+    print(f"GPU time {whole / 1e3:.2f} ms in {sum(int(c) for c, _ in totals.values())} kernels")
+    print("| ms | share | calls | kernel |\n|---|---|---|---|")
+    for kernel, (count, total) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"| {total / 1e3:.3f} | {100 * total / whole:.1f}% | {int(count)} | `{kernel}` |")
+
+
+def main() -> None:
+    name = sys.argv[1] if len(sys.argv) > 1 else "resnet50"
+    train = (sys.argv[2] if len(sys.argv) > 2 else "training") == "training"
+    for layout in sys.argv[3:] or ["auto"]:
+        breakdown(name, train, layout)
+
+
+if __name__ == "__main__":
+    main()
