@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import fusionlab as fl
 from fusionlab import dynamo_backend
 from fusionlab.compare import TOLERANCES
-from fusionlab.decompose.layout import output_strides
+from fusionlab.decompose.layout import channels_last, output_strides
 from fusionlab.ir import channels_last_strides
 
 aten = torch.ops.aten
@@ -174,6 +174,12 @@ def test_training_through_the_backend_in_channels_last() -> None:
     assert len(reported) >= 3, saved.outputs
     backward_inputs = [a.stride() for a in backward.exploration.example_args if isinstance(a, torch.Tensor)]
     assert all(tuple(s) in backward_inputs for s in reported), (reported, backward_inputs)
+    # not in training (conv_layout="auto" on a GPU): the saved activations keep eager's layout, as do the
+    # backward's convolutions
+    traced = forward.exploration.captured.decompose(layout="as_traced").graph
+    assert output_strides(channels_last(traced, forward.exploration.saved_outputs_from)) == [None] * len(traced.outputs)
+    untrained = channels_last(backward.exploration.captured.decompose(layout="as_traced").graph)
+    assert not [n for n in untrained.nodes if n.name.endswith("_cl")], "no conversion around a backward convolution"
     # the backward's convolutions read channels-last operands (no conversion of a saved activation: it is one)
     graph = backward.exploration.decomposed.graph
     convolutions = [n for n in graph.nodes if n.op == "aten.convolution_backward.default"]

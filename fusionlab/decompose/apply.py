@@ -142,7 +142,7 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     running = {node.origin for node in live if node.kind == "extern"}  # an extern no output needs is not run
     graph = Graph(tuple(inputs), live, tuple(outputs), hints)
     if layouts.wanted(captured.graph_module, layout):
-        graph = layouts.channels_last(graph, saved_from)
+        graph = layouts.channels_last(graph, saved_from, training=layout == "channels_last")
     return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
 
 

@@ -18,6 +18,15 @@ A convolution of a channels-last input returns a channels-last result; its type 
 it for a dense row-major tensor (kernels read it with the strides it has at run time). Grouped and transposed
 convolutions, and those whose result the caller gets, keep the traced layout.
 
+Training (`training=True`, which `conv_layout="channels_last"` asks for; "auto" does not). A training step's forward
+graph returns the activations its backward graph reads (AOTAutograd's outputs from `num_forward` on). No caller sees
+those: they are stored channels-last like any convolution's input, and the backend reports their strides to
+AOTAutograd (`output_strides`), which compiles the backward graph for them, as it does after Inductor's layout
+choice. In the backward graph, `convolution_backward` gets channels-last operands the same way; the input's gradient
+is typed channels-last and the weight's is made row-major for the caller. On an H200 this is slower today: ResNet-50's
+step took 17.8 ms of kernels against 10.4 as traced, its batch-norm backward kernels mixing the two layouts
+(docs/PERFORMANCE.md, fourteenth round), so "auto" leaves training graphs' saved activations and backwards as traced.
+
     >>> graph = channels_last(decompose(capture(resnet_block, (x,), {})).graph)
 """
 
@@ -48,7 +57,8 @@ _RESTORE = ("makes row-major what the caller gets from this op (conv_layout): it
 def check_layout(layout: str) -> str:
     if layout not in LAYOUTS:
         raise ValueError(f"unknown conv_layout {layout!r}: use 'auto' (channels-last convolutions on CUDA devices, the "
-                         "default), 'channels_last' (on every device) or 'as_traced' (the layouts eager gives)")
+                         "default), 'channels_last' (on every device, and in training the backward's too) or "
+                         "'as_traced' (the layouts eager gives)")
     return layout
 
 
@@ -63,15 +73,17 @@ def wanted(graph_module: torch.fx.GraphModule, layout: str) -> bool:
     return False
 
 
-def channels_last(graph: Graph, hidden_from: int | None = None) -> Graph:
-    """`graph` with its 2-D convolutions in channels-last order (the module's docstring says how). The outputs from
-    position `hidden_from` on are no caller's (a training step's saved activations, which only its backward graph
-    reads): they may come back channels-last, as `output_strides` says."""
-    visible = _visible(graph, hidden_from)
-    convolutions = [n for n in graph.nodes if n.name not in visible and _converts(n, graph)]
+def channels_last(graph: Graph, hidden_from: int | None = None, training: bool = False) -> Graph:
+    """`graph` with its 2-D convolutions in channels-last order (the module's docstring says how). With `training`,
+    the outputs from position `hidden_from` on are no caller's (a training step's saved activations, which only its
+    backward graph reads): they may come back channels-last, as `output_strides` says; and the convolutions'
+    backwards are converted too."""
+    visible = _visible(graph, hidden_from if training else None)
+    convolutions = [n for n in graph.nodes if n.name not in visible and _converts(n, graph)
+                    and (training or n.param("target") is aten.convolution.default)]
     if not convolutions:
         return graph
-    rewrite = _Rewrite(graph, visible, hidden_from)
+    rewrite = _Rewrite(graph, visible)
     for node in graph.nodes:
         target = node.param("target") if node.kind == "extern" else None
         if getattr(target, "overloadpacket", target) not in _KEEPS_LAYOUT or node.name in visible \
@@ -158,8 +170,8 @@ def _is_4d(graph: Graph, value: Any) -> bool:
 class _Rewrite:
     """The graph's nodes, with the new ones placed and the readers redirected when `graph()` is called."""
 
-    def __init__(self, graph: Graph, visible: set[str], hidden_from: int | None = None) -> None:
-        self.source, self.visible, self.hidden_from = graph, visible, hidden_from
+    def __init__(self, graph: Graph, visible: set[str]) -> None:
+        self.source, self.visible = graph, visible
         self.after: dict[str, list[Node]] = {}  # new nodes, placed right after the named node
         self.before: dict[str, list[Node]] = {}  # new nodes, placed right before the named node
         self.redirect: dict[str, str] = {}  # a value -> the channels-last view its readers read instead
