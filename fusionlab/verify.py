@@ -21,7 +21,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
-from fusionlab.compare import OutputError, compare
+from fusionlab.compare import OutputError, compare, computed_through, half_precision_in
 from fusionlab.ir import where_text
 from fusionlab.localise import Divergence, Programs, StageCheck, localise
 
@@ -109,10 +109,15 @@ def report_html(report: VerifyReport) -> str:
     return "".join(parts) + "</div>"
 
 
-def verify_outputs(expected: Sequence[torch.Tensor], actual: Sequence[torch.Tensor]) -> VerifyReport:
+def verify_outputs(expected: Sequence[torch.Tensor], actual: Sequence[torch.Tensor],
+                   through: Sequence[torch.dtype | None] = ()) -> VerifyReport:
+    """Each output against eager's; `through`: per output, the half-precision dtype it is computed from, if any
+    (`compare.computed_through`), whose looser tolerance it gets."""
     if len(expected) != len(actual):
         raise AssertionError(f"eager returned {len(expected)} outputs, fusionlab {len(actual)}")
-    return VerifyReport(tuple(compare(want, got, index) for index, (want, got) in enumerate(zip(expected, actual))))
+    halves = list(through) if len(through) == len(expected) else [None] * len(expected)
+    return VerifyReport(tuple(compare(want, got, index, through=half)
+                              for index, (want, got, half) in enumerate(zip(expected, actual, halves))))
 
 
 def random_like(tensor: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -262,15 +267,18 @@ def verify_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
             _set_generator_states(generators)
         actual = _tensors(fused(*fused_inputs[0], **fused_inputs[1]))
         fused_after = _snapshot(state)
-        report = verify_outputs(expected, actual)
+        through = computed_through(captured.graph_module)
+        report = verify_outputs(expected, actual, through)
+        anywhere = half_precision_in(captured.graph_module)  # what an input written in place may be computed from
         names = [spec.name for spec in captured.inputs if spec.kind == "input"]
-        rows = [compare(want, got, index, f"input {name!r} after the call") for index, (name, want, got)
+        rows = [compare(want, got, index, f"input {name!r} after the call", anywhere) for index, (name, want, got)
                 in enumerate(zip(names, _tensors(eager_inputs), _tensors(fused_inputs)))]
         for name, (_, kind) in named.items():
             changed = not torch.equal(before[name], eager_after[name]) or not torch.equal(before[name],
                                                                                          fused_after[name])
             if kind != "parameter" or changed:
-                rows.append(compare(eager_after[name], fused_after[name], len(rows), f"{kind} {name!r} after the call"))
+                rows.append(compare(eager_after[name], fused_after[name], len(rows), f"{kind} {name!r} after the call",
+                                    anywhere))
         report = VerifyReport(report.outputs, tuple(rows), note=_random_note(captured, report.ok) if draws else "")
         if draws and not localise_stages:
             return report  # each stage would draw numbers of its own: comparing them would only show that

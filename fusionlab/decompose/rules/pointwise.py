@@ -67,8 +67,19 @@ def _div(b: Builder, x: Any, y: Any, rounding_mode: str | None = None) -> Ref:
     if rounding_mode == "floor":
         return b.pointwise("floor_divide", x, y)
     if rounding_mode == "trunc" and not integral:
-        return b.pointwise("trunc", b.pointwise("div", x, y))
+        result = b.expected.dtype
+        if result in (torch.float16, torch.bfloat16) and not (_on_cpu(b) and isinstance(y, Ref)):
+            # eager truncates the float quotient, then rounds once; except on a CPU by a tensor, where its kernel
+            # divides in the half-precision dtype (the quotient rounded, then truncated)
+            x, y = (b.cast(v, torch.float32) if isinstance(v, Ref) else v for v in (x, y))
+        return b.pointwise("trunc", b.pointwise("div", x, y), dtype=result)
     raise RuleNotApplicable(f"rounding_mode={rounding_mode!r} on integers")
+
+
+def _on_cpu(b: Builder) -> bool:
+    """Whether the aten node being decomposed runs on a CPU (its result's device)."""
+    value = b.node.meta.get("val") if b.node is not None else None
+    return isinstance(value, torch.Tensor) and value.device.type == "cpu"
 
 
 def _pow(b: Builder, x: Any, y: Any) -> Ref:
