@@ -319,10 +319,17 @@ def test_a_transposed_product_is_not_an_epilogue() -> None:
     """A Triton matmul's epilogue sees the accumulator's tile at its own positions: (a @ b).t() + c runs the add in
     a kernel of its own, and says why; a transposed operand of the epilogue (a @ b + c.t()) still fuses."""
     a, b, c = (torch.randn(16, 16) for _ in range(3))
-    ex = fl.explore(lambda a, b, c: (a @ b).t() + c, a, b, c, matmul="triton")
+    ex = fl.explore(lambda a, b, c: ((a @ b).t() + c).contiguous(), a, b, c, matmul="triton")
     assert len(ex.fused.kernels) == 2
     assert any("other positions than its own" in d.reason for d in ex.fused.decisions if not d.fused)
     torch.testing.assert_close(ex(a, b, c), (a @ b).t() + c)
+    # returned as it is, eager lays the sum out column-major (its first operand's order): stored so, at the
+    # product's own positions, the add is its epilogue
+    ex = fl.explore(lambda a, b, c: (a @ b).t() + c, a, b, c, matmul="triton")
+    assert len(ex.fused.kernels) == 1, ex.fused.as_text()
+    got, expected = ex(a, b, c), (a @ b).t() + c
+    torch.testing.assert_close(got, expected)
+    assert got.stride() == expected.stride() == (1, 16)
     ex = fl.explore(lambda a, b, c: torch.relu(a @ b + c.t()), a, b, c, matmul="triton")
     assert len(ex.fused.kernels) == 1, ex.fused.as_text()
     torch.testing.assert_close(ex(a, b, c), torch.relu(a @ b + c.t()))
@@ -338,10 +345,12 @@ def test_a_view_an_extern_also_reads_stays_between_kernels() -> None:
     x, w = torch.randn(6, 5), torch.randn(6, 3)
     ex = fl.explore(fn, x, w)
     (kernel,) = ex.fused.kernels
-    assert kernel.outputs == ("mul",), ex.fused.as_text()
+    # (q * 2 stored in q's column-major order, as eager lays it out: no copy of q itself)
+    assert kernel.outputs == ("mul_eager_layout",), ex.fused.as_text()
     assert any("stays a view between kernels" in d.reason for d in ex.fused.decisions if not d.fused)
     for got, expected in zip(ex(x, w), fn(x, w)):
         torch.testing.assert_close(got, expected)
+        assert got.stride() == expected.stride()
 
 
 def test_a_stored_reshape_of_another_rank_is_stored_at_its_own_index() -> None:

@@ -359,3 +359,27 @@ def test_the_backend_returns_eagers_strides() -> None:
     torch.testing.assert_close(got, expected)
     assert got.stride() == expected.stride()
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("fn, make", [
+    (lambda x: x * 2, lambda: torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)),
+    (lambda x: x.clone(), lambda: torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)),
+    (lambda x: torch.relu(x - x.mean((0, 2, 3), keepdim=True)),
+     lambda: torch.randn(2, 6, 6, 6).contiguous(memory_format=torch.channels_last)),
+    (lambda x: (torch.exp(x) + 1, torch.exp(x).sum(0)), lambda: torch.randn(7, 6).t()),
+    (lambda x: torch.sigmoid(x) * x, lambda: torch.randn(3, 4, 5).permute(2, 0, 1)),
+    (lambda x: (x + 1).t(), lambda: torch.randn(5, 5).t()),
+    (lambda x: x[:, :2] * 3, lambda: torch.randn(4, 4).t()),
+], ids=["channels_last_mul", "channels_last_clone", "channels_last_norm", "transposed_two_outputs",
+        "permuted_3d", "square_transposed_back", "slice_of_transposed"])
+def test_a_kernels_output_has_eagers_strides(fn: Any, make: Any) -> None:
+    """A pointwise op of a channels-last, transposed or permuted input: eager lays its result out in its input's
+    order, and so does fusionlab (the kernel stores it in that order: `layout.eager_output_strides`), values as
+    eager's on fresh inputs, square shapes included."""
+    ex = fl.explore(fn, make())
+    fresh = make()
+    got, expected = ex(fresh), fn(fresh)
+    got, expected = (v if isinstance(v, tuple) else (v,) for v in (got, expected))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)
+        assert _strides(g) == _strides(e), (g.stride(), e.stride())

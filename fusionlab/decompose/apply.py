@@ -143,7 +143,35 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     graph = Graph(tuple(inputs), live, tuple(outputs), hints)
     if layouts.wanted(captured.graph_module, layout):
         graph = layouts.channels_last(graph, saved_from, training=layout == "channels_last")
+    # (a training step's saved activations, read by its backward graph alone, keep the layout kernels give them)
+    strides = _traced_strides(captured.graph_module, len(graph.outputs))
+    if saved_from is not None:
+        strides = strides[:saved_from] + [None] * (len(strides) - saved_from)
+    graph = layouts.eager_output_strides(graph, strides, _value_strides(captured.graph_module, values, graph))
     return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
+
+
+def _traced_strides(graph_module: torch.fx.GraphModule, count: int) -> list[tuple[int, ...] | None]:
+    """The strides eager gives each output of the traced graph (None where unknown, or symbolic)."""
+    output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
+    leaves = pytree.tree_leaves(output.args[0])
+    values = [leaf.meta.get("val") if isinstance(leaf, torch.fx.Node) else None for leaf in leaves]
+    strides = [tuple(v.stride()) if isinstance(v, torch.Tensor) and all(isinstance(s, int) for s in v.stride())
+               else None for v in values]
+    return strides if len(strides) == count else [None] * count
+
+
+def _value_strides(graph_module: torch.fx.GraphModule, values: list[tuple[str, str]], graph: Graph
+                   ) -> dict[str, tuple[int, ...]]:
+    """Eager's strides of each IR value that an aten node computed itself (the node is its origin)."""
+    fx_nodes = {node.name: node for node in graph_module.graph.nodes}
+    found: dict[str, tuple[int, ...]] = {}
+    for fx_name, value in values:
+        val = fx_nodes[fx_name].meta.get("val") if fx_name in fx_nodes else None
+        if value in graph and graph[value].origin == fx_name and isinstance(val, torch.Tensor) \
+                and all(isinstance(s, int) for s in val.stride()):
+            found[value] = tuple(val.stride())
+    return found
 
 
 def _fused_attention(builder: Builder, fx_node: torch.fx.Node, found: attention.Attention, env: dict[str, Any],

@@ -32,6 +32,7 @@ step took 17.8 ms of kernels against 10.4 as traced, its batch-norm backward ker
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -197,15 +198,7 @@ class _Rewrite:
         producer = self.source[value.name]
         if producer.kind not in ("pointwise", "reduction") or value.name in self.visible:
             return False
-        shape, dtype = producer.type.shape, producer.type.dtype
-        nhwc = tuple(shape[d] for d in NHWC)
-        where = (producer.origin, producer.module, producer.source)
-        permuted = Node(self._name(f"{value.name}_nhwc"), "view", "permute", (value,), TensorType(nhwc, dtype),
-                        (("dims", NHWC),), *where)
-        stored = Node(self._name(f"{value.name}_channels_last"), "pointwise", "copy", (Ref(permuted.name),),
-                      TensorType(nhwc, dtype), (), *where)
-        view = Node(self._name(f"{value.name}_cl"), "view", "permute", (Ref(stored.name),),
-                    TensorType(shape, dtype), (("dims", NCHW),), *where)
+        permuted, stored, view = stored_permuted(producer, NHWC, self._name, ("nhwc", "channels_last", "cl"))
         self.after.setdefault(value.name, []).extend([permuted, stored, view])
         self.reads_original.add(permuted.name)
         self.redirect[value.name] = view.name
@@ -292,6 +285,85 @@ class _Rewrite:
         if node.kind in ("view", "extern") and node.name in self.visible:
             return node
         return _swapped(node, self.redirect)
+
+
+def stored_permuted(producer: Node, order: tuple[int, ...], name: Callable[[str], str],
+                    suffixes: tuple[str, str, str]) -> tuple[Node, Node, Node]:
+    """`permute(copy(permute(v, order)), inverse)` for the value `producer` computes: a copy stored in `order`'s
+    dimension order (fusion takes it into v's kernel) and the view of it in v's own shape, whose strides follow
+    `order`. Named v's name with each suffix (`name` makes a name unique)."""
+    shape, dtype = producer.type.shape, producer.type.dtype
+    inverse = tuple(order.index(d) for d in range(len(order)))
+    reordered = tuple(shape[d] for d in order)
+    where = (producer.origin, producer.module, producer.source)
+    permuted = Node(name(f"{producer.name}_{suffixes[0]}"), "view", "permute", (Ref(producer.name),),
+                    TensorType(reordered, dtype), (("dims", order),), *where)
+    stored = Node(name(f"{producer.name}_{suffixes[1]}"), "pointwise", "copy", (Ref(permuted.name),),
+                  TensorType(reordered, dtype), (), *where)
+    view = Node(name(f"{producer.name}_{suffixes[2]}"), "view", "permute", (Ref(stored.name),),
+                TensorType(shape, dtype), (("dims", inverse),), *where)
+    return permuted, stored, view
+
+
+def eager_output_strides(graph: Graph, strides: Sequence[tuple[int, ...] | None],
+                         traced: dict[str, tuple[int, ...]] | None = None) -> Graph:
+    """`graph` with what the caller gets laid out as eager lays it out: a pointwise op of a channels-last or
+    transposed input follows its input's order in eager, where a kernel would write row-major. An output a kernel
+    computes (`strides[i]` for output i), or the value a returned view chain starts at (`traced`: eager's strides of
+    the values aten ops computed), is stored in eager's order as a copy (`stored_permuted`) whose view the output, or
+    the chain's first view, reads; the kernel's other readers keep reading the value itself."""
+    traced = traced or {}
+    orders: dict[str, tuple[int, ...]] = {}  # a kernel's value -> the order eager stores it in
+    chains: dict[str, str] = {}  # the first view of a returned chain -> the kernel value it reads
+    for name, wanted in zip(graph.outputs, strides, strict=True):
+        node, first = graph[name], None
+        while node.kind == "view" and node.op != "output_of" and node.inputs:
+            first, node = node, graph[node.inputs[0]]
+            wanted = traced.get(node.name)
+        order = _dense_order(node.type.shape, wanted) if node.kind in ("pointwise", "reduction") else None
+        if order is None or order == tuple(range(len(order))):
+            continue
+        orders[node.name] = order
+        if first is not None:
+            chains[first.name] = node.name
+    if not orders:
+        return graph
+    names = {n.name for n in graph.nodes}
+
+    def unique(base: str) -> str:
+        candidate, number = base, 1
+        while candidate in names:
+            candidate, number = f"{base}_{number}", number + 1
+        names.add(candidate)
+        return candidate
+
+    nodes: list[Node] = []
+    views: dict[str, str] = {}
+    for node in graph.nodes:
+        nodes.append(_swapped(node, {chains[node.name]: views[chains[node.name]]}) if node.name in chains else node)
+        if node.name in orders:
+            made = stored_permuted(node, orders[node.name], unique, ("reordered", "eager_layout", "as_eager"))
+            nodes.extend(made)
+            views[node.name] = made[2].name
+    outputs = tuple(views.get(n, n) if graph[n].kind in ("pointwise", "reduction") else n for n in graph.outputs)
+    return Graph(graph.inputs, tuple(nodes), outputs, graph.hints)
+
+
+def _dense_order(shape: tuple[Any, ...], strides: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The dimension order (outermost first) in which `strides` lay a dense `shape` out, or None when they do not
+    (overlapping, gaps, symbolic sizes), or when they are row-major but for dims of size 1."""
+    if strides is None or len(strides) != len(shape) or not all(isinstance(d, int) for d in (*shape, *strides)):
+        return None
+    order = tuple(sorted(range(len(shape)), key=lambda d: (-strides[d] if shape[d] != 1 else 0, d)))
+    order = tuple(d for d in order if shape[d] != 1) + tuple(d for d in range(len(shape)) if shape[d] == 1)
+    expected = 1
+    for d in reversed(order):
+        if shape[d] != 1 and strides[d] != expected:
+            return None
+        expected *= shape[d]
+    if [d for d in order if shape[d] != 1] == [d for d in range(len(shape)) if shape[d] != 1]:
+        return None  # row-major where it counts
+    return order
 
 
 def _swapped(node: Node, swaps: dict[str, str]) -> Node:
