@@ -140,6 +140,7 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
     with torch._guards.tracing(None), unset_fake_temporarily():
         ex = explore(graph.graph_module, *args, cudagraphs=cudagraphs, conv_layout=conv_layout)
         ex.saved_outputs_from, ex.input_updates = graph.saved_outputs_from, graph.input_updates
+        ex.eager_output_strides = _aot_output_strides(graph.graph_module)
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
         ex.release_examples()  # the stand-ins: as large as the graph's inputs, and uninitialised anyway
         held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
@@ -148,9 +149,26 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
     return ex, constants
 
 
+def _aot_output_strides(graph_module: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
+    """The strides eager gives each output of an AOTAutograd graph (its output node's values, as AOTAutograd traced
+    them: a backward graph compiled for channels-last saved activations is re-traced here on those, and would
+    otherwise take its gradients' strides from them)."""
+    return [tuple(v.stride()) if all(isinstance(s, int) for s in v.stride()) else None
+            for v in _tensor_outputs(graph_module)]
+
+
+def _tensor_outputs(graph_module: torch.fx.GraphModule) -> list[torch.Tensor]:
+    """The traced values of an AOTAutograd graph's tensor outputs, in order: the outputs fusionlab's capture keeps
+    (a None, a gradient no input needs, is not one)."""
+    output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
+    values = [leaf.meta.get("val") for leaf in pytree.tree_leaves(output.args[0]) if isinstance(leaf, torch.fx.Node)]
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
 def _input_updates() -> tuple[int, ...]:
     """The graph's outputs that are new values of its mutated inputs, which AOTAutograd's epilogue copies into the
-    inputs and lets go (data mutations only: a metadata or storage mutation makes the input alias the output)."""
+    inputs and lets go (data mutations only: AOTAutograd applies a metadata mutation with `as_strided_`, and a
+    storage mutation with `set_`, which makes the input alias the output)."""
     context = torch._guards.TracingContext.try_get()
     metadata = getattr(context, "fw_metadata", None)
     indices, infos = getattr(metadata, "mutated_inp_runtime_indices", None), getattr(metadata, "input_info", None)
@@ -163,9 +181,10 @@ def _input_updates() -> tuple[int, ...]:
 
 def _saved_outputs_from() -> int | None:
     """Where AOTAutograd's forward graph's outputs turn into what it saves for the backward (its metadata's
-    `num_forward`: mutated inputs, outputs, intermediate bases, then saved tensors); None when it does not say. Any
-    answer is safe for CUDA graphs (an output taken for a saved one is handed out only while nothing else holds it),
-    only slower."""
+    `num_forward`: mutated inputs, outputs, intermediate bases, then saved tensors); None when it does not say. CUDA
+    graphs hand the outputs from there on out uncopied (safe for any answer: they are handed out only while nothing
+    else holds them, or the call runs without the graph), and with conv_layout="channels_last" the layout pass stores
+    them channels-last (a wrong answer there would give the caller an output in another layout than eager's)."""
     context = torch._guards.TracingContext.try_get()
     metadata = getattr(context, "fw_metadata", None)
     boundary = getattr(metadata, "num_forward", None)
@@ -178,9 +197,12 @@ def _report_strides(context: Any, ex: Exploration, graph_module: torch.fx.GraphM
     reported = getattr(context, "output_strides", None)
     graph = ex.decomposed.graph
     output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
-    if reported is None or len(pytree.tree_leaves(output.args[0])) != len(graph.outputs):
+    leaves = pytree.tree_leaves(output.args[0])
+    tensors = [isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor) for leaf in leaves]
+    if reported is None or sum(tensors) != len(graph.outputs):
         return
-    reported.extend(output_strides(graph))
+    ours = iter(output_strides(graph))
+    reported.extend(next(ours) if tensor else None for tensor in tensors)  # one per AOTAutograd output
 
 
 def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *, index: int | None = None,

@@ -80,6 +80,9 @@ class Exploration:
         # the backend's outputs that AOTAutograd copies into mutated inputs at once (with cudagraphs=True handed out
         # uncopied too)
         self.input_updates: tuple[int, ...] = ()
+        # the strides eager gives each output, where the caller knows them better than a trace of this graph does
+        # (the backend's, from AOTAutograd's graph); None: read from the capture
+        self.eager_output_strides: list[tuple[int, ...] | None] | None = None
         if self.cudagraphs:
             held = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
             refuse_cpu(pytree.tree_leaves((args, kwargs)) + held, "the example inputs")
@@ -134,7 +137,8 @@ class Exploration:
 
     @functools.cached_property
     def decomposed(self) -> Decomposed:
-        return self.captured.decompose(self._rules, self.conv_layout, self.saved_outputs_from)
+        return self.captured.decompose(self._rules, self.conv_layout, self.saved_outputs_from,
+                                       self.eager_output_strides)
 
     @functools.cached_property
     def fused(self) -> Fused:

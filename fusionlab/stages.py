@@ -127,15 +127,18 @@ class Captured(_Stage):
     previous: None = None
 
     def decompose(self, rules: dict[Any, Rule] | None = None, layout: str = "auto",
-                  saved_from: int | None = None) -> Decomposed:
+                  saved_from: int | None = None,
+                  output_strides: Sequence[tuple[int, ...] | None] | None = None) -> Decomposed:
         """Rewrite the aten graph into fusionlab's primitives through `rules`, an {aten op: rule} table (default:
         `decomposition_rules("extern")`, as `fl.explore` uses; `decomposition_rules("triton")` for Triton matmuls);
         `layout` chooses the convolutions' memory layout ("auto": channels-last on CUDA; decompose/layout.py).
         `saved_from`: the outputs from this position on are a training step's saved activations, which only its
-        backward graph reads (the backend's forward graphs): the layout may store them channels-last."""
+        backward graph reads (the backend's forward graphs): the layout may store them channels-last.
+        `output_strides`: eager's strides of each output, where the caller knows them (else read from the capture);
+        what the caller gets is laid out so."""
         start = time.perf_counter()
         result = decompose_graph(self.result, decomposition_rules("extern") if rules is None else rules, layout,
-                                 saved_from)
+                                 saved_from, output_strides)
         return Decomposed(result, self, time.perf_counter() - start)
 
     @property

@@ -3,7 +3,9 @@
     pointwise        flat over the group's elements: one size argument, xnumel
     tiled            pointwise over a 2-D tile [rows, trailing dimensions] (broadcast operands read by row or column)
     reduction        rows reduced in registers (persistent) or in a loop
-    outer_reduction  a reduction over leading axes: strided [XBLOCK, RBLOCK] tiles, software-pipelined
+    outer_reduction  a reduction over leading axes (or over trailing ones of an operand whose unit stride is on a
+                     kept dimension, a channels-last value summed over H and W): strided [XBLOCK, RBLOCK] tiles,
+                     software-pipelined
     matmul           one 2-D product in [BLOCK_M, BLOCK_N] tiles, then its pointwise epilogue
 
     >>> kernel_kind("reduction")

@@ -11,6 +11,7 @@ the rest lack a rule.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,7 +92,8 @@ class DecomposeResult:
 
 
 def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, layout: str = "auto",
-              saved_from: int | None = None) -> DecomposeResult:
+              saved_from: int | None = None,
+              output_strides: Sequence[tuple[int, ...] | None] | None = None) -> DecomposeResult:
     """Apply the rule table to every aten node, in program order; then choose the convolutions' layout (`layout`:
     decompose/layout.py; the outputs from `saved_from` on are saved activations, which may come back
     channels-last)."""
@@ -141,13 +143,15 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     live = _live(nodes, outputs)
     running = {node.origin for node in live if node.kind == "extern"}  # an extern no output needs is not run
     graph = Graph(tuple(inputs), live, tuple(outputs), hints)
+    given = output_strides is not None and len(output_strides) == len(graph.outputs)
+    strides = list(output_strides or ()) if given else _traced_strides(captured.graph_module, len(graph.outputs))
     if layouts.wanted(captured.graph_module, layout):
-        graph = layouts.channels_last(graph, saved_from, training=layout == "channels_last")
+        graph = layouts.channels_last(graph, saved_from, training=layout == "channels_last", eager_strides=strides)
     # (a training step's saved activations, read by its backward graph alone, keep the layout kernels give them)
-    strides = _traced_strides(captured.graph_module, len(graph.outputs))
     if saved_from is not None:
         strides = strides[:saved_from] + [None] * (len(strides) - saved_from)
-    graph = layouts.eager_output_strides(graph, strides, _value_strides(captured.graph_module, values, graph))
+    graph = layouts.eager_output_strides(graph, strides,
+                                         {} if given else _value_strides(captured.graph_module, values, graph))
     return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
 
 

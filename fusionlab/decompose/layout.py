@@ -74,17 +74,19 @@ def wanted(graph_module: torch.fx.GraphModule, layout: str) -> bool:
     return False
 
 
-def channels_last(graph: Graph, hidden_from: int | None = None, training: bool = False) -> Graph:
+def channels_last(graph: Graph, hidden_from: int | None = None, training: bool = False,
+                  eager_strides: Sequence[tuple[int, ...] | None] = ()) -> Graph:
     """`graph` with its 2-D convolutions in channels-last order (the module's docstring says how). With `training`,
     the outputs from position `hidden_from` on are no caller's (a training step's saved activations, which only its
     backward graph reads): they may come back channels-last, as `output_strides` says; and the convolutions'
-    backwards are converted too."""
-    visible = _visible(graph, hidden_from if training else None)
+    backwards are converted too, their weights' gradients laid out as `eager_strides` (per output) has them."""
+    visible = _visible(graph, hidden_from if training else None, training)
     convolutions = [n for n in graph.nodes if n.name not in visible and _converts(n, graph)
                     and (training or n.param("target") is aten.convolution.default)]
     if not convolutions:
         return graph
-    rewrite = _Rewrite(graph, visible)
+    rewrite = _Rewrite(graph, visible, training)
+    rewrite.eager_strides = dict(zip(graph.outputs, eager_strides, strict=False))
     for node in graph.nodes:
         target = node.param("target") if node.kind == "extern" else None
         if getattr(target, "overloadpacket", target) not in _KEEPS_LAYOUT or node.name in visible \
@@ -123,7 +125,7 @@ def _converts(node: Node, graph: Graph) -> bool:
         and all(isinstance(d, int) for v in operands for d in graph[v.name].type.shape)
 
 
-def _visible(graph: Graph, hidden_from: int | None = None) -> set[str]:
+def _visible(graph: Graph, hidden_from: int | None = None, training: bool = False) -> set[str]:
     """The values whose layout the caller sees: the outputs (before `hidden_from`; a hidden one that is a view of a
     value too, not an op's second result), and what they view (a returned slice of a value has its strides). They
     keep the layout eager gives them, and so do the views and ops that read them in that layout. A convolution's
@@ -132,13 +134,16 @@ def _visible(graph: Graph, hidden_from: int | None = None) -> set[str]:
     shown = graph.outputs if hidden_from is None else graph.outputs[:hidden_from]
     seen = set(shown) | {name for name in graph.outputs if graph[name].kind == "view" and graph[name].op != "output_of"}
     for node in reversed(graph.nodes):
-        if node.name in seen and node.kind == "view" and not _of_conv_backward(graph, node):
+        if node.name in seen and node.kind == "view" and not (training and _of_conv_backward(graph, node)):
             seen.update(node.inputs)
     return seen
 
 
 def _of_conv_backward(graph: Graph, node: Node) -> bool:
-    return node.op == "output_of" and graph[node.inputs[0]].param("target") is aten.convolution_backward.default
+    """A result of a convolution's backward that the pass converts (a grouped or transposed one keeps its layout,
+    and is seen through its results like any op)."""
+    return node.op == "output_of" and graph[node.inputs[0]].param("target") is aten.convolution_backward.default \
+        and _converts(graph[node.inputs[0]], graph)
 
 
 def output_strides(graph: Graph) -> list[tuple[int, ...] | None]:
@@ -159,6 +164,12 @@ def output_strides(graph: Graph) -> list[tuple[int, ...] | None]:
     return strides
 
 
+def _channels_last_typed(value: TensorType) -> bool:
+    return value.rank == 4 and value.strides is not None and all(isinstance(d, int) for d in value.shape) \
+        and tuple(value.strides) == tuple(channels_last_strides(value.shape)) \
+        and tuple(value.strides) != tuple(contiguous_strides(value.shape))
+
+
 def _operand(node: Node, position: int) -> Any:
     args, _ = node.param("call")
     return args[position] if position < len(args) else None
@@ -171,8 +182,9 @@ def _is_4d(graph: Graph, value: Any) -> bool:
 class _Rewrite:
     """The graph's nodes, with the new ones placed and the readers redirected when `graph()` is called."""
 
-    def __init__(self, graph: Graph, visible: set[str]) -> None:
-        self.source, self.visible = graph, visible
+    def __init__(self, graph: Graph, visible: set[str], training: bool = False) -> None:
+        self.source, self.visible, self.training = graph, visible, training
+        self.eager_strides: dict[str, tuple[int, ...] | None] = {}  # an output -> the strides eager gives it
         self.after: dict[str, list[Node]] = {}  # new nodes, placed right after the named node
         self.before: dict[str, list[Node]] = {}  # new nodes, placed right before the named node
         self.redirect: dict[str, str] = {}  # a value -> the channels-last view its readers read instead
@@ -246,15 +258,25 @@ class _Rewrite:
         return Graph(self.source.inputs, tuple(self._restored(nodes)), outputs, self.source.hints)
 
     def _weight_gradients(self, nodes: list[Node], outputs: tuple[str, ...]) -> tuple[list[Node], tuple[str, ...]]:
-        """A converted convolution's backward returns the weight's gradient channels-last: the caller gets it
-        row-major, as eager gives it (`aten.contiguous` after the backward)."""
+        """A converted convolution's backward returns the weight's gradient channels-last: the caller gets it as
+        eager lays it out (`aten.contiguous` after the backward: row-major, or channels-last where eager's is, a
+        channels-last input's; no copy when it is so already)."""
+        returned = set(outputs)  # the outputs, and the values their view chains start at
+        for name in outputs:
+            node = self.source[name] if name in self.source else None
+            while node is not None and node.kind == "view" and node.op != "output_of" and node.inputs:
+                node = self.source[node.inputs[0]]
+                returned.add(node.name)
         out: list[Node] = []
         swaps: dict[str, str] = {}
         for node in nodes:
-            out.append(node)
-            if node.kind == "view" and _of_conv_backward(self.source, node) and node.name in outputs \
+            out.append(_swapped(node, swaps) if node.kind == "view" else node)  # (a returned chain reads it)
+            if node.kind == "view" and _of_conv_backward(self.source, node) and node.name in returned \
                     and node.type.rank == 4 and node.inputs[0] in self.converting:
-                restored = self._contiguous(node, f"{node.name}_nchw", torch.contiguous_format, node)
+                wanted = self.eager_strides.get(node.name)
+                layout = torch.channels_last if wanted is not None and _channels_last_typed(
+                    TensorType(node.type.shape, node.type.dtype, wanted)) else torch.contiguous_format
+                restored = self._contiguous(node, f"{node.name}_as_eager", layout, node)
                 out.append(restored)
                 swaps[node.name] = restored.name
         return out, tuple(swaps.get(name, name) for name in outputs)
@@ -264,6 +286,8 @@ class _Rewrite:
         may be channels-last at run time (a converted convolution's result, a pool or interpolation of one, ...):
         such an op returns its result in its operand's layout."""
         nhwc = self.retyped | set(self.converted.values()) | set(self.redirect.values())
+        if self.training:  # the saved activations the forward stored channels-last
+            nhwc |= {name for name in self.source.inputs if _channels_last_typed(self.source[name].type)}
         made = {node.name: node for node in nodes}
         out: list[Node] = []
         for node in nodes:

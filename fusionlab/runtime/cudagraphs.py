@@ -4,8 +4,8 @@ A replay issues every kernel of a call in one `cudaGraphLaunch`, so the host's p
 launch on the H200 host for BERT) is paid once, at capture. What that needs, and what this module does:
 - static input buffers: the captured kernels read fixed addresses, so each call's inputs are copied into buffers
   made at capture (one `torch._foreach_copy_`). Parameters (and inputs the caller names in `static=`, and outputs of
-  another graph when outputs are not cloned) are read in place instead; a call that brings one of those at another
-  address captures again.
+  another graph that stay its memory: uncloned outputs, a forward's saved activations) are read in place instead; a
+  call that brings one of those at another address captures again.
 - one capture per input layout (shapes, strides, dtypes): a new batch size captures a new graph, at most
   `max_graphs` per function (then the call is refused, as a sign of sizes that never settle).
 - warm-up before capture, on a side stream: the first calls compile the kernels, pick launchers and let cuBLAS make
@@ -45,10 +45,10 @@ import torch
 
 __all__ = ["CUDAGRAPH_MODES", "CudaGraphs", "CudaGraphsError", "cudagraph_mode", "lasting", "refuse_cpu"]
 
-# Memory that stays put between calls, by data address: parameters a graph read in place, and outputs returned
-# uncloned. Another graph reads an input found here in place too (a backward graph reads the weights its forward
-# read, and with clone_outputs=False the activations its forward saved, where they lie). Weak references: memory
-# freed and reused by a new tensor is not taken for the old one.
+# Memory that stays put between calls, by data address: parameters a graph read in place, outputs returned
+# uncloned, and a forward's saved activations. Another graph reads an input found here in place too (a backward
+# graph reads the weights its forward read, and the activations its forward saved, where they lie). Weak
+# references: memory freed and reused by a new tensor is not taken for the old one.
 _lasting: dict[int, weakref.ref[torch.Tensor]] = {}
 
 
@@ -128,7 +128,9 @@ def _copy_all(destinations: Sequence[torch.Tensor], sources: Sequence[torch.Tens
 
 class _Storage:
     """Graph memory handed out uncopied, by a weak reference to its storage: `held()` while any tensor other than
-    the graph's own outputs and buffers uses it (the handed tensor, a view or a detached alias of it, all alike)."""
+    the graph's own outputs and buffers uses it (the handed tensor, a view or a detached alias of it, all alike).
+    Not counted: a holder of the storage object alone (`t.untyped_storage()` kept by a saved-tensor hook), which
+    torch counts once however many hold it."""
 
     def __init__(self, tensor: torch.Tensor) -> None:
         from torch.multiprocessing.reductions import StorageWeakRef
@@ -171,6 +173,7 @@ class CudaGraphs:
         # fixed at the first capture: a call's key is read from those alone, and a parameter read in place costs
         # one address comparison (its layout cannot change without its address changing, short of resize_).
         self._keyed: tuple[int, ...] | None = None
+        self._from_graphs: frozenset[int] = frozenset()
         self._arity = -1
         # outputs from this position on are handed out uncopied (saved activations; with clone_outputs only); the
         # last call's graph memory, by its storages: the next replay waits until nothing but the graph holds them
@@ -233,8 +236,7 @@ class CudaGraphs:
         held = next((entries[0] for entries in self.graphs.values() if entries), None)
         if held is None:
             return False
-        return any(isinstance(tensors[i], torch.Tensor) and tensors[i].data_ptr() != address
-                   and i not in self.static and not isinstance(tensors[i], torch.nn.Parameter)
+        return any(i in self._from_graphs and isinstance(tensors[i], torch.Tensor) and tensors[i].data_ptr() != address
                    and not lasting(tensors[i].data_ptr()) for i, address in held.in_place)
 
     # -- capture ----------------------------------------------------------------------------------
@@ -264,6 +266,10 @@ class CudaGraphs:
             self._arity = len(tensors)
             self._keyed = tuple(i for i, value in enumerate(tensors)
                                 if not isinstance(value, torch.Tensor) or not self._in_place(i, value))
+            # read in place as another graph's memory (a forward's saved activations, in its backward graph)
+            self._from_graphs = frozenset(
+                i for i, value in enumerate(tensors) if i not in self._keyed and i not in self.static
+                and not isinstance(value, torch.nn.Parameter) and lasting(value.data_ptr()))
         elif len(tensors) != self._arity:
             raise CudaGraphsError(f"cudagraphs=True: {self.name} was captured with {self._arity} inputs and is "
                                   f"called with {len(tensors)}: call it as it was first called")
