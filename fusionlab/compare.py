@@ -35,13 +35,13 @@ class OutputError:
         return self.label or f"output {self.index}"
 
 
-HALF_PRECISION = (torch.bfloat16, torch.float16)  # the loosest tolerance first
+LOOSEST_FIRST = (torch.bfloat16, torch.float16, torch.float32, torch.float64)  # floating dtypes, by tolerance
 
 
 def tolerance(dtype: torch.dtype, through: torch.dtype | None = None) -> tuple[float, float]:
-    """(atol, rtol) for a value of `dtype` computed through values of the half-precision dtype `through` (a float32
-    output of a bfloat16 chain): the looser of the two, since eager rounds every intermediate to `through` and a
-    fused kernel keeps float32."""
+    """(atol, rtol) for a value of `dtype` computed through values of the floating dtype `through` (a float32 output
+    of a bfloat16 chain, a float64 cast of a float32 layer norm): the looser of the two, since eager rounds every
+    intermediate to `through` and a fused kernel keeps float32, and their ops' float32 differs by an ulp."""
     atol, rtol = TOLERANCES.get(dtype, (0.0, 0.0))
     if through is not None and dtype.is_floating_point:
         wider = TOLERANCES.get(through, (0.0, 0.0))
@@ -50,30 +50,30 @@ def tolerance(dtype: torch.dtype, through: torch.dtype | None = None) -> tuple[f
 
 
 def computed_through(graph_module: torch.fx.GraphModule) -> list[torch.dtype | None]:
-    """Per output of an aten graph (its output node's leaves, in order), the loosest half-precision dtype among the
-    values it is computed from, itself included; None where none is half-precision."""
+    """Per output of an aten graph (its output node's leaves, in order), the loosest floating dtype among the values
+    it is computed from, itself included; None where none is floating."""
     through: dict[str, torch.dtype | None] = {}
     for node in graph_module.graph.nodes:
         found = [through.get(a.name) for a in node.all_input_nodes]
         value = node.meta.get("val")
         found += [v.dtype for v in torch.utils._pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
-        through[node.name] = next((d for d in HALF_PRECISION if d in found), None)
+        through[node.name] = next((d for d in LOOSEST_FIRST if d in found), None)
     output = next(n for n in graph_module.graph.nodes if n.op == "output")
     return [through.get(leaf.name) if isinstance(leaf, torch.fx.Node) else None
             for leaf in torch.utils._pytree.tree_leaves(output.args[0])]
 
 
-def half_precision_in(graph_module: torch.fx.GraphModule) -> torch.dtype | None:
-    """The loosest half-precision dtype of any value in an aten graph (None if it has none)."""
+def loosest_float_in(graph_module: torch.fx.GraphModule) -> torch.dtype | None:
+    """The loosest floating dtype of any value in an aten graph (None if it has none)."""
     found = {v.dtype for node in graph_module.graph.nodes
              for v in torch.utils._pytree.tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)}
-    return next((d for d in HALF_PRECISION if d in found), None)
+    return next((d for d in LOOSEST_FIRST if d in found), None)
 
 
 def compare(want: torch.Tensor, got: torch.Tensor, index: int = 0, label: str = "",
             through: torch.dtype | None = None) -> OutputError:
-    """`got` against `want` within the tolerance of `want`'s dtype, or of the half-precision dtype `through` it
-    was computed from where that is looser (NaN where `want` has NaN counts as equal)."""
+    """`got` against `want` within the tolerance of `want`'s dtype, or of the floating dtype `through` it was
+    computed from where that is looser (NaN where `want` has NaN counts as equal)."""
     shape = tuple(want.shape)
     if want.shape != got.shape or want.dtype != got.dtype:
         return OutputError(index, shape, want.dtype, float("inf"), float("inf"), False, label)

@@ -21,7 +21,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.capture import CaptureResult
-from fusionlab.compare import OutputError, compare, computed_through, half_precision_in
+from fusionlab.compare import OutputError, compare, computed_through, loosest_float_in
 from fusionlab.ir import where_text
 from fusionlab.localise import Divergence, Programs, StageCheck, localise
 
@@ -111,13 +111,13 @@ def report_html(report: VerifyReport) -> str:
 
 def verify_outputs(expected: Sequence[torch.Tensor], actual: Sequence[torch.Tensor],
                    through: Sequence[torch.dtype | None] = ()) -> VerifyReport:
-    """Each output against eager's; `through`: per output, the half-precision dtype it is computed from, if any
-    (`compare.computed_through`), whose looser tolerance it gets."""
+    """Each output against eager's; `through`: per output, the loosest floating dtype it is computed from
+    (`compare.computed_through`), whose tolerance it gets where looser."""
     if len(expected) != len(actual):
         raise AssertionError(f"eager returned {len(expected)} outputs, fusionlab {len(actual)}")
-    halves = list(through) if len(through) == len(expected) else [None] * len(expected)
-    return VerifyReport(tuple(compare(want, got, index, through=half)
-                              for index, (want, got, half) in enumerate(zip(expected, actual, halves))))
+    loosest = list(through) if len(through) == len(expected) else [None] * len(expected)
+    return VerifyReport(tuple(compare(want, got, index, through=dtype)
+                              for index, (want, got, dtype) in enumerate(zip(expected, actual, loosest))))
 
 
 def random_like(tensor: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -269,7 +269,7 @@ def verify_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
         fused_after = _snapshot(state)
         through = computed_through(captured.graph_module)
         report = verify_outputs(expected, actual, through)
-        anywhere = half_precision_in(captured.graph_module)  # what an input written in place may be computed from
+        anywhere = loosest_float_in(captured.graph_module)  # what an input written in place may be computed from
         names = [spec.name for spec in captured.inputs if spec.kind == "input"]
         rows = [compare(want, got, index, f"input {name!r} after the call", anywhere) for index, (name, want, got)
                 in enumerate(zip(names, _tensors(eager_inputs), _tensors(fused_inputs)))]

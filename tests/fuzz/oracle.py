@@ -6,8 +6,8 @@
 
 Outcomes:
 - pass: every output and every input after the call equal eager's (per-dtype tolerance of fusionlab.compare, or
-  of the loosest half-precision dtype the program computes with where that is looser: eager rounds every
-  intermediate to it, a fused kernel keeps float32; exact for bool and integer tensors; NaN where eager has NaN) at
+  of the loosest floating dtype the program computes with where that is looser: eager rounds every intermediate
+  to it, a fused kernel keeps float32; exact for bool and integer tensors; NaN where eager has NaN) at
   every call size;
 - refused: fusionlab raised a clear refusal (see `is_clear_refusal`);
 - wrong: fusionlab returned, and a number, shape, dtype or an input written in place differs from eager;
@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fusionlab as fl
-from fusionlab.compare import HALF_PRECISION, tolerance
+from fusionlab.compare import LOOSEST_FIRST, tolerance
 from tests.fuzz.program import Program
 
 OUTCOMES = ("pass", "refused", "wrong", "crashed")
@@ -106,13 +106,13 @@ class _Dtypes(TorchDispatchMode):
         return result
 
     @property
-    def half(self) -> torch.dtype | None:
-        return next((d for d in HALF_PRECISION if d in self.seen), None)
+    def loosest(self) -> torch.dtype | None:
+        return next((d for d in LOOSEST_FIRST if d in self.seen), None)
 
 
 def compare(label: str, want: Sequence[Any], got: Sequence[Any], through: torch.dtype | None = None) -> str:
-    """"" when equal within tolerance (that of a half-precision dtype `through` the program computes with, where
-    looser), else what differs."""
+    """"" when equal within tolerance (that of a floating dtype `through` the program computes with, where looser),
+    else what differs."""
     if len(want) != len(got):
         return f"{label}: eager has {len(want)} tensors, fusionlab {len(got)}"
     for index, (w, g) in enumerate(zip(want, got)):
@@ -181,8 +181,8 @@ def _run(program: Program, runner: str) -> Result:
             return _failed(runner, "first call" if number == 0 else f"call {number + 1}", error)
         where = f" (call {number + 1}, sizes {sizes})" if len(sets) > 1 else ""
         got_leaves = pytree.tree_leaves(got) if isinstance(got, (tuple, list)) else [got]
-        difference = compare("output", pytree.tree_leaves(want), got_leaves, dtypes.half) or compare(
-            "input after the call", want_inputs, got_inputs, dtypes.half)
+        difference = compare("output", pytree.tree_leaves(want), got_leaves, dtypes.loosest) or compare(
+            "input after the call", want_inputs, got_inputs, dtypes.loosest)
         if difference:
             kind = "input" if difference.startswith("input") else "output"
             mismatch = "shape/dtype" if "fusionlab torch." in difference or "tensors" in difference else "values"
