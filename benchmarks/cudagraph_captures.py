@@ -16,6 +16,7 @@ import time
 import torch
 
 from fusionlab import dynamo_backend, models
+from fusionlab.measure.models import model_step
 
 
 def main() -> None:
@@ -26,16 +27,7 @@ def main() -> None:
     torch._dynamo.reset()
     before = dynamo_backend.mark()
     compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": True})
-
-    def step() -> None:
-        if train:
-            for parameter in model.parameters():
-                parameter.grad = None
-            models.loss_of(compiled(**inputs)).backward()
-        else:
-            with torch.no_grad():
-                compiled(**inputs)
-
+    step = model_step(model, compiled, inputs, train)
     for index in range(steps):
         start = time.perf_counter()
         step()

@@ -14,22 +14,14 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from fusionlab import models
+from fusionlab.measure.models import model_step
 
 
 def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
     model, inputs = models.build(name, "gpu", device=torch.device("cuda"), dtype=torch.bfloat16, train=train)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": layout})
-
-    def step() -> None:
-        if train:
-            for parameter in model.parameters():
-                parameter.grad = None
-            models.loss_of(compiled(**inputs)).backward()
-        else:
-            with torch.no_grad():
-                compiled(**inputs)
-
+    step = model_step(model, compiled, inputs, train)
     start = time.perf_counter()
     for _ in range(3):
         step()

@@ -68,7 +68,9 @@ def _results(model: torch.nn.Module, run: Callable[..., Any], inputs: dict[str, 
     return {"loss": loss.reshape(1), **grads}
 
 
-def _step(model: torch.nn.Module, run: Callable[..., Any], inputs: dict[str, torch.Tensor], train: bool) -> Step:
+def model_step(model: torch.nn.Module, run: Callable[..., Any], inputs: dict[str, torch.Tensor], train: bool) -> Step:
+    """One step of `run` (the model, or a compiled form of it) on `inputs`: inference under no_grad, or a training
+    step (the parameters' gradients dropped, the zoo's loss, backward)."""
     parameters = list(model.parameters())
     if not train:
         def infer() -> Any:
@@ -180,7 +182,7 @@ def bench_model(name: str, *, mode: str = "inference", size: str | None = None, 
         else:
             ours = torch.compile(model, backend="fusionlab")
             inductor = torch.compile(model)
-        eager_step, our_step, inductor_step = (_step(model, run, inputs, train) for run in (model, ours, inductor))
+        eager_step, our_step, inductor_step = (model_step(model, run, inputs, train) for run in (model, ours, inductor))
         row["fusionlab_compile_s"] = _timed(our_step, where)
         row["inductor_compile_s"] = _timed(inductor_step, where)
 
