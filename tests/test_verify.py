@@ -201,16 +201,19 @@ def test_a_float32_value_computed_from_bfloat16_gets_bfloat16s_tolerance() -> No
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_half_precision_divisions_match_eager_on_many_values(dtype: torch.dtype) -> None:
-    """Truncating division of half-precision tensors by tensors and by a number, on 4096 values: every result as
-    eager's, exactly (on a CPU eager divides two tensors in the half-precision dtype, a tensor by a number in
-    float32). Flooring division within the dtype's tolerance: eager's CPU kernel rounds its remainder steps to
+    """Truncating division of half-precision tensors by tensors, by one-element tensors, by a float32 tensor and by
+    a number, on 4096 values: every result as eager's, exactly (on a CPU eager divides two tensors in the
+    half-precision dtype, a tensor by a number or a one-element tensor in float32). Flooring division within the dtype's tolerance: eager's CPU kernel rounds its remainder steps to
     bfloat16 (8.9375 // 0.1171875 is 75 there, 76 in float32 and on CUDA)."""
     torch.manual_seed(0)
     x = (torch.randn(4096) * 8).to(dtype)
     y = (torch.rand(4096) * 0.9 + 0.1).to(dtype)
     for mode in ("trunc", "floor"):
         for fn in (lambda a, b, m=mode: torch.div(a, b, rounding_mode=m),
-                   lambda a, b, m=mode: torch.div(a, 0.1, rounding_mode=m)):
+                   lambda a, b, m=mode: torch.div(a, 0.1, rounding_mode=m),
+                   lambda a, b, m=mode: torch.div(a, b[:1], rounding_mode=m),  # one element: eager's scalar path
+                   lambda a, b, m=mode: torch.div(a, b[0], rounding_mode=m),
+                   lambda a, b, m=mode: torch.div(a, b.float(), rounding_mode=m)):
             got, want = fl.explore(fn, x, y)(x, y), fn(x, y)
             if mode == "trunc":
                 assert torch.equal(got, want), (mode, int((got != want).sum()))

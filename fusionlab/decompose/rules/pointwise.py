@@ -67,13 +67,33 @@ def _div(b: Builder, x: Any, y: Any, rounding_mode: str | None = None) -> Ref:
     if rounding_mode == "floor":
         return b.pointwise("floor_divide", x, y)
     if rounding_mode == "trunc" and not integral:
-        result = b.expected.dtype
-        if result in (torch.float16, torch.bfloat16) and not (_on_cpu(b) and isinstance(y, Ref)):
-            # eager truncates the float quotient, then rounds once; except on a CPU by a tensor, where its kernel
-            # divides in the half-precision dtype (the quotient rounded, then truncated)
-            x, y = (b.cast(v, torch.float32) if isinstance(v, Ref) else v for v in (x, y))
-        return b.pointwise("trunc", b.pointwise("div", x, y), dtype=result)
+        return _trunc_divide(b, x, y)
     raise RuleNotApplicable(f"rounding_mode={rounding_mode!r} on integers")
+
+
+def _trunc_divide(b: Builder, x: Any, y: Any) -> Ref:
+    """`torch.div(x, y, rounding_mode="trunc")` of floats as eager's kernels compute it. By a tensor, the quotient
+    in the operands' dtype (a half-precision one rounded), then truncated. By a divisor eager takes as a scalar (a
+    Python number; on a CPU also a one-element tensor), in float32 for half precision (the accumulate type), then
+    truncated and rounded once: on a CPU the quotient, on CUDA `x * (1 / y)`, its kernel's reciprocal."""
+    result = b.expected.dtype
+    cpu = _on_cpu(b)
+    scalar = not isinstance(y, Ref) or (cpu and _one_element(b, y))
+    if not scalar:
+        return b.pointwise("trunc", b.pointwise("div", x, y))
+    accumulate = torch.float64 if result == torch.float64 else torch.float32
+    x = b.cast(x, accumulate) if isinstance(x, Ref) else x
+    if cpu or isinstance(y, Ref):
+        quotient = b.pointwise("div", x, b.cast(y, accumulate) if isinstance(y, Ref) else y)
+    else:
+        inverse = torch.tensor(1.0, dtype=accumulate) / torch.tensor(y, dtype=accumulate)
+        quotient = b.pointwise("mul", x, float(inverse))
+    return b.pointwise("trunc", quotient, dtype=result)
+
+
+def _one_element(b: Builder, value: Ref) -> bool:
+    shape = b.type_of(value).shape
+    return all(isinstance(d, int) and d == 1 for d in shape)
 
 
 def _on_cpu(b: Builder) -> bool:
