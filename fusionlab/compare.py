@@ -36,6 +36,10 @@ class OutputError:
 
 
 LOOSEST_FIRST = (torch.bfloat16, torch.float16, torch.float32, torch.float64)  # floating dtypes, by tolerance
+# aten ops that read only their operands' shapes and dtypes
+_SHAPE_ONLY = frozenset(getattr(torch.ops.aten, name) for name in (
+    "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "new_zeros", "new_ones",
+    "new_empty", "new_full", "sym_size", "sym_numel", "sym_stride") if hasattr(torch.ops.aten, name))
 
 
 def tolerance(dtype: torch.dtype, through: torch.dtype | None = None) -> tuple[float, float]:
@@ -54,9 +58,14 @@ def computed_through(graph_module: torch.fx.GraphModule) -> list[torch.dtype | N
     it is computed from, itself included; None where none is floating."""
     through: dict[str, torch.dtype | None] = {}
     for node in graph_module.graph.nodes:
-        found = [through.get(a.name) for a in node.all_input_nodes]
-        value = node.meta.get("val")
-        found += [v.dtype for v in torch.utils._pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
+        produced = [v.dtype for v in torch.utils._pytree.tree_leaves(node.meta.get("val"))
+                    if isinstance(v, torch.Tensor)]
+        # a comparison's, an index's or a count's value carries no rounding error on (it is exact, or wrong), and
+        # an op that reads only its operands' shapes (zeros_like) none of theirs
+        carries = any(d.is_floating_point for d in produced) and getattr(node.target, "overloadpacket",
+                                                                           None) not in _SHAPE_ONLY
+        found = [through.get(a.name) for a in node.all_input_nodes] if carries else []
+        found += produced
         through[node.name] = next((d for d in LOOSEST_FIRST if d in found), None)
     output = next(n for n in graph_module.graph.nodes if n.op == "output")
     return [through.get(leaf.name) if isinstance(leaf, torch.fx.Node) else None

@@ -197,14 +197,20 @@ def test_a_float32_value_computed_from_bfloat16_gets_bfloat16s_tolerance() -> No
     report = ex.verify()
     assert report.ok, report
     assert [o.dtype for o in report.outputs] == [torch.float32, torch.float32]
+    # a mask, a count or a shape taken from a bfloat16 value carries none of its rounding: float64 stays float64's
+    m, x = torch.randn(8).bfloat16(), torch.randn(8).double()
+    for fn in (lambda m, x: torch.where(m > 0, x * 3, x), lambda m, x: (m > 0).sum().double() + x,
+               lambda m, x: torch.zeros_like(m, dtype=torch.float64) + x.exp()):
+        assert computed_through(fl.explore(fn, m, x).captured.graph_module) == [torch.float64]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_half_precision_divisions_match_eager_on_many_values(dtype: torch.dtype) -> None:
     """Truncating division of half-precision tensors by tensors, by one-element tensors, by a float32 tensor and by
     a number, on 4096 values: every result as eager's, exactly (on a CPU eager divides two tensors in the
-    half-precision dtype, a tensor by a number or a one-element tensor in float32). Flooring division within the dtype's tolerance: eager's CPU kernel rounds its remainder steps to
-    bfloat16 (8.9375 // 0.1171875 is 75 there, 76 in float32 and on CUDA)."""
+    half-precision dtype, a tensor by a number or a one-element tensor in float32). Flooring division within the
+    dtype's tolerance: eager's CPU kernel rounds its remainder steps to bfloat16 (8.9375 // 0.1171875 is 75 there,
+    76 in float32 and on CUDA)."""
     torch.manual_seed(0)
     x = (torch.randn(4096) * 8).to(dtype)
     y = (torch.rand(4096) * 0.9 + 0.1).to(dtype)

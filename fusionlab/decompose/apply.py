@@ -150,8 +150,10 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     # (a training step's saved activations, read by its backward graph alone, keep the layout kernels give them)
     if saved_from is not None:
         strides = strides[:saved_from] + [None] * (len(strides) - saved_from)
-    graph = layouts.eager_output_strides(graph, strides,
-                                         {} if given else _value_strides(captured.graph_module, values, graph))
+    # (the values a returned view chain starts at: eager's strides as traced here, unless this trace's inputs are
+    # the channels-last saved activations of a training step)
+    traced = {} if given and layout == "channels_last" else _value_strides(captured.graph_module, values, graph)
+    graph = layouts.eager_output_strides(graph, strides, traced)
     return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
 
 

@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fusionlab as fl
-from fusionlab.compare import LOOSEST_FIRST, tolerance
+from fusionlab.compare import LOOSEST_FIRST, computed_through, tolerance
 from tests.fuzz.program import Program
 
 OUTCOMES = ("pass", "refused", "wrong", "crashed")
@@ -110,9 +110,10 @@ class _Dtypes(TorchDispatchMode):
         return next((d for d in LOOSEST_FIRST if d in self.seen), None)
 
 
-def compare(label: str, want: Sequence[Any], got: Sequence[Any], through: torch.dtype | None = None) -> str:
-    """"" when equal within tolerance (that of a floating dtype `through` the program computes with, where looser),
-    else what differs."""
+def compare(label: str, want: Sequence[Any], got: Sequence[Any],
+            through: torch.dtype | None | Sequence[torch.dtype | None] = None) -> str:
+    """"" when equal within tolerance (that of a floating dtype `through` the value is computed from, where looser:
+    one per value, or one for all), else what differs."""
     if len(want) != len(got):
         return f"{label}: eager has {len(want)} tensors, fusionlab {len(got)}"
     for index, (w, g) in enumerate(zip(want, got)):
@@ -123,7 +124,7 @@ def compare(label: str, want: Sequence[Any], got: Sequence[Any], through: torch.
         if w.numel() == 0:
             continue
         a, b = w.detach().double(), g.detach().double()
-        atol, rtol = tolerance(w.dtype, through)
+        atol, rtol = tolerance(w.dtype, through[index] if isinstance(through, (list, tuple)) else through)
         both_nan = a.isnan() & b.isnan()
         close = (a == b) | both_nan | ((a - b).abs() <= atol + rtol * a.abs())
         if not bool(close.all()):
@@ -167,9 +168,11 @@ def _run(program: Program, runner: str) -> Result:
         except Exception as error:  # noqa: BLE001 - classified
             return _failed(runner, "capture", error)
         call: Any = ex
+        per_output: list[torch.dtype | None] | None = computed_through(ex.captured.graph_module)
         order = sets[1:] + sets[:1]  # captured at one size, called first at another
     else:
         call = torch.compile(fn, backend="fusionlab", dynamic=True if program.dynamic else None)
+        per_output = None  # (several graphs: the loosest dtype of the whole call)
         order = sets
     for number, sizes in enumerate(order):
         want_inputs, got_inputs = program.make_inputs(sizes), program.make_inputs(sizes)
@@ -181,7 +184,9 @@ def _run(program: Program, runner: str) -> Result:
             return _failed(runner, "first call" if number == 0 else f"call {number + 1}", error)
         where = f" (call {number + 1}, sizes {sizes})" if len(sets) > 1 else ""
         got_leaves = pytree.tree_leaves(got) if isinstance(got, (tuple, list)) else [got]
-        difference = compare("output", pytree.tree_leaves(want), got_leaves, dtypes.loosest) or compare(
+        want_leaves = pytree.tree_leaves(want)
+        through = per_output if per_output is not None and len(per_output) == len(want_leaves) else dtypes.loosest
+        difference = compare("output", want_leaves, got_leaves, through) or compare(
             "input after the call", want_inputs, got_inputs, dtypes.loosest)
         if difference:
             kind = "input" if difference.startswith("input") else "output"
