@@ -39,7 +39,7 @@ LOOSEST_FIRST = (torch.bfloat16, torch.float16, torch.float32, torch.float64)  #
 # aten ops that read only their operands' shapes and dtypes
 _SHAPE_ONLY = frozenset(getattr(torch.ops.aten, name) for name in (
     "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "new_zeros", "new_ones",
-    "new_empty", "new_full", "sym_size", "sym_numel", "sym_stride") if hasattr(torch.ops.aten, name))
+    "new_empty", "new_full", "sym_size", "sym_numel", "sym_stride", "zero", "fill") if hasattr(torch.ops.aten, name))
 
 
 def tolerance(dtype: torch.dtype, through: torch.dtype | None = None) -> tuple[float, float]:
@@ -64,7 +64,9 @@ def computed_through(graph_module: torch.fx.GraphModule) -> list[torch.dtype | N
         # an op that reads only its operands' shapes (zeros_like) none of theirs
         carries = any(d.is_floating_point for d in produced) and getattr(node.target, "overloadpacket",
                                                                            None) not in _SHAPE_ONLY
-        found = [through.get(a.name) for a in node.all_input_nodes] if carries else []
+        sources = node.all_input_nodes[1:2] if getattr(node.target, "overloadpacket", None) is torch.ops.aten.copy \
+            else node.all_input_nodes  # copy(dst, src) keeps only src's values
+        found = [through.get(a.name) for a in sources] if carries else []
         found += produced
         through[node.name] = next((d for d in LOOSEST_FIRST if d in found), None)
     output = next(n for n in graph_module.graph.nodes if n.op == "output")

@@ -202,6 +202,9 @@ def test_a_float32_value_computed_from_bfloat16_gets_bfloat16s_tolerance() -> No
     for fn in (lambda m, x: torch.where(m > 0, x * 3, x), lambda m, x: (m > 0).sum().double() + x,
                lambda m, x: torch.zeros_like(m, dtype=torch.float64) + x.exp()):
         assert computed_through(fl.explore(fn, m, x).captured.graph_module) == [torch.float64]
+    for fn in (lambda m, x: m.double().zero_() + x, lambda m, x: m.double().copy_(x * 3)):  # overwritten values
+        assert computed_through(fl.explore(fn, m, x).captured.graph_module) == [torch.float64]
+
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -219,7 +222,10 @@ def test_half_precision_divisions_match_eager_on_many_values(dtype: torch.dtype)
                    lambda a, b, m=mode: torch.div(a, 0.1, rounding_mode=m),
                    lambda a, b, m=mode: torch.div(a, b[:1], rounding_mode=m),  # one element: eager's scalar path
                    lambda a, b, m=mode: torch.div(a, b[0], rounding_mode=m),
-                   lambda a, b, m=mode: torch.div(a, b.float(), rounding_mode=m)):
+                   lambda a, b, m=mode: torch.div(a, b.float(), rounding_mode=m),
+                   lambda a, b, m=mode: torch.div(a, b[:1].expand_as(b), rounding_mode=m),  # expanded: a scalar
+                   lambda a, b, m=mode: torch.div(0.3, b, rounding_mode=m),  # the number in b's dtype first
+                   lambda a, b, m=mode: torch.div(torch.tensor(0.3), b[0], rounding_mode=m)):
             got, want = fl.explore(fn, x, y)(x, y), fn(x, y)
             if mode == "trunc":
                 assert torch.equal(got, want), (mode, int((got != want).sum()))

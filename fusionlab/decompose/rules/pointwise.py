@@ -79,10 +79,13 @@ def _trunc_divide(b: Builder, x: Any, y: Any) -> Ref:
     result = b.expected.dtype
     cpu = _on_cpu(b)
     scalar = not isinstance(y, Ref) or (cpu and _one_element(b, y))
-    if not scalar:
+    if not scalar:  # (a number as the dividend is in the tensor's dtype, as eager converts it)
+        x = x if isinstance(x, Ref) or result not in (torch.float16, torch.bfloat16) else float(
+            torch.tensor(x, dtype=result))
         return b.pointwise("trunc", b.pointwise("div", x, y))
     accumulate = torch.float64 if result == torch.float64 else torch.float32
-    x = b.cast(x, accumulate) if isinstance(x, Ref) else x
+    # the dividend in the result's dtype first, as eager's operands are, then widened
+    x = b.cast(b.cast(x, result), accumulate) if isinstance(x, Ref) else float(torch.tensor(x, dtype=result))
     if cpu or isinstance(y, Ref):
         quotient = b.pointwise("div", x, b.cast(y, accumulate) if isinstance(y, Ref) else y)
     else:
@@ -92,8 +95,16 @@ def _trunc_divide(b: Builder, x: Any, y: Any) -> Ref:
 
 
 def _one_element(b: Builder, value: Ref) -> bool:
-    shape = b.type_of(value).shape
-    return all(isinstance(d, int) and d == 1 for d in shape)
+    """One element, or one element expanded (a stride-0 view or input): what eager's TensorIterator takes as a
+    scalar operand."""
+    node = b.producer(value)
+    while node is not None and node.kind == "view" and node.op == "expand" and node.inputs:
+        value = Ref(node.inputs[0])
+        node = b.producer(value)
+    kind = b.type_of(value)
+    if kind.strides is not None and all(s == 0 for s, d in zip(kind.strides, kind.shape, strict=True) if d != 1):
+        return True  # an input expanded by the caller
+    return all(isinstance(d, int) and d == 1 for d in kind.shape)
 
 
 def _on_cpu(b: Builder) -> bool:
