@@ -116,9 +116,8 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
             inputs.append(ref.name)
             env[fx_node.name] = ref
         elif fx_node.op == "output":
-            for value in pytree.tree_leaves(fx_node.args[0]):
-                ref = env[value.name]
-                outputs.append(ref.name)
+            outputs.extend(_apart(builder, [env[value.name] for value in pytree.tree_leaves(fx_node.args[0])],
+                                  pytree.tree_leaves(fx_node.args[0])))
         elif fx_node.op == "get_attr":
             env[fx_node.name] = _tensor_constant(builder, fx_node, captured, fallbacks)
         elif fx_node.target is operator.getitem:
@@ -155,6 +154,29 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     traced = {} if given and layout == "channels_last" else _value_strides(captured.graph_module, values, graph)
     graph = layouts.eager_output_strides(graph, strides, traced)
     return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
+
+
+def _apart(builder: Builder, refs: list[Ref], leaves: list[Any]) -> list[str]:
+    """The outputs' values, each one that eager computes apart from an earlier output on the same memory given a
+    copy of its own: the decomposition merges equal expressions (`return x * 2, x * 2`), and two outputs sharing a
+    buffer would both change when the caller writes into one."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    first: dict[str, Any] = {}  # the value an output's memory starts at -> the eager storage of the first on it
+    names: list[str] = []
+    for position, (ref, leaf) in enumerate(zip(refs, leaves, strict=True)):
+        val = leaf.meta.get("val") if isinstance(leaf, torch.fx.Node) else None
+        storage = StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
+        root = builder.producer(ref)
+        while root is not None and root.kind == "view" and root.op != "output_of" and root.inputs:
+            root = builder.producer(Ref(root.inputs[0]))
+        key = root.name if root is not None else ref.name
+        if key in first and storage is not None and first[key] is not None and storage != first[key]:
+            ref = builder._add("pointwise", "copy", (ref,), builder.type_of(ref), {"apart": position})
+        else:
+            first.setdefault(key, storage)
+        names.append(ref.name)
+    return names
 
 
 def _traced_strides(graph_module: torch.fx.GraphModule, count: int) -> list[tuple[int, ...] | None]:
