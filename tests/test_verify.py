@@ -239,7 +239,8 @@ def test_half_precision_divisions_match_eager_on_many_values(dtype: torch.dtype)
     lambda x: (x * 2, (x * 2)[1:]),
     lambda x: (x * 2, x * 2, x * 2),
     lambda x: (lambda y: (y, y[1:]))(x * 2),
-], ids=["twice", "and_a_slice", "three_times", "one_value_and_its_view"])
+    lambda x: (lambda y, z: (y, z, z))(x * 2, x * 2),
+], ids=["twice", "and_a_slice", "three_times", "one_value_and_its_view", "a_merged_one_returned_twice"])
 def test_outputs_share_memory_exactly_where_eagers_do(fn: Any) -> None:
     """The decomposition merges equal expressions; outputs that eager computes apart still get memory of their own
     (a write into one after the call leaves the other as eager's), and a view of one output stays its view."""

@@ -163,6 +163,7 @@ def _apart(builder: Builder, refs: list[Ref], leaves: list[Any]) -> list[str]:
     from torch.multiprocessing.reductions import StorageWeakRef
 
     first: dict[str, Any] = {}  # the value an output's memory starts at -> the eager storage of the first on it
+    copies: dict[tuple[str, Any], str] = {}  # (a value, its eager storage) -> its copy: one tensor returned twice
     names: list[str] = []
     for position, (ref, leaf) in enumerate(zip(refs, leaves, strict=True)):
         val = leaf.meta.get("val") if isinstance(leaf, torch.fx.Node) else None
@@ -172,7 +173,10 @@ def _apart(builder: Builder, refs: list[Ref], leaves: list[Any]) -> list[str]:
             root = builder.producer(Ref(root.inputs[0]))
         key = root.name if root is not None else ref.name
         if key in first and storage is not None and first[key] is not None and storage != first[key]:
-            ref = builder._add("pointwise", "copy", (ref,), builder.type_of(ref), {"apart": position})
+            if (ref.name, storage) not in copies:
+                copied = builder._add("pointwise", "copy", (ref,), builder.type_of(ref), {"apart": position})
+                copies[(ref.name, storage)] = copied.name
+            ref = Ref(copies[(ref.name, storage)])
         else:
             first.setdefault(key, storage)
         names.append(ref.name)
