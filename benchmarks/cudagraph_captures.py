@@ -1,8 +1,10 @@
 """Whether a model's graphs are replayed from CUDA graphs through the backend: one zoo model (GPU size, bf16) compiled
 with `options={"cudagraphs": True}`, stepped a few times, then per compiled graph its role, captures and replays, and
-where one step's host time goes (Python's profiler, the 25 costliest functions by own time).
+where one step's host time goes (Python's profiler, the 25 costliest functions by own time). With `inductor` last,
+the same steps and profile for Inductor's `mode="reduce-overhead"` follow. "host" is the time a step takes to
+return with the GPU idle before it (its issue time, median of the steps after the third); "step" waits for the GPU.
 
-    python benchmarks/cudagraph_captures.py [MODEL] [inference|training] [STEPS]   # default: resnet50 training 6
+    python benchmarks/cudagraph_captures.py [MODEL] [inference|training] [STEPS] [inductor]  # resnet50 training 6
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
+import statistics
 import sys
 import time
 
@@ -28,11 +31,7 @@ def main() -> None:
     before = dynamo_backend.mark()
     compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": True})
     step = model_step(model, compiled, inputs, train)
-    for index in range(steps):
-        start = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        print(f"step {index}: {1e3 * (time.perf_counter() - start):.2f} ms")
+    _steps(step, steps)
     for graph in dynamo_backend.since(before):
         graphed = [ex.__dict__.get("graphed") for ex in graph.explorations.values()]
         print(f"graph {graph.index} {graph.role}: {len(graph.explorations)} sizes, "
@@ -41,10 +40,41 @@ def main() -> None:
             if g is not None and g.kept_from is not None:
                 print(f"  saved activations from output {g.kept_from}: {len(g._handed)} storages handed, "
                       f"{sum(s.held() for s in g._handed)} still held")
+    _profile(step)
+    if sys.argv[4:5] == ["inductor"]:
+        torch._dynamo.reset()
+        print("\nInductor, mode='reduce-overhead':")
+        inductor = torch.compile(model, mode="reduce-overhead")
+        _profiled(model_step(model, inductor, inputs, train), steps)
+
+
+def _steps(step: object, steps: int) -> None:
+    """Run `steps` steps, printing each one's issue time (host) and its time until the GPU is done (step)."""
+    hosts = []
+    for index in range(steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()  # type: ignore[operator]
+        issued = time.perf_counter()
+        torch.cuda.synchronize()
+        done = time.perf_counter()
+        hosts.append(1e3 * (issued - start))
+        print(f"step {index}: {1e3 * (done - start):.2f} ms, host {hosts[-1]:.2f} ms")
+    if len(hosts) > 3:
+        print(f"host ms, median of steps 3 on: {statistics.median(hosts[3:]):.2f}")
+
+
+def _profiled(step: object, steps: int) -> None:
+    _steps(step, steps)
+    _profile(step)
+
+
+def _profile(step: object) -> None:
+    """Python's profile of one step, the 25 functions with the most time of their own."""
     profiler = cProfile.Profile()
     torch.cuda.synchronize()
     profiler.enable()
-    step()
+    step()  # type: ignore[operator]
     torch.cuda.synchronize()
     profiler.disable()
     text = io.StringIO()

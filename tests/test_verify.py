@@ -172,11 +172,11 @@ def test_the_report_page_and_the_explorer_show_where_values_part(monkeypatch: py
 
 # -- half precision -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_truncating_division_of_half_precision_rounds_once_as_eager(dtype: torch.dtype) -> None:
+def test_truncating_division_of_half_precision_rounds_once_as_eager(dtype: torch.dtype, device: str) -> None:
     """Eager truncates the float quotient of a half-precision division, then rounds: 0.7 (0.69921875 in bf16) / 0.1
     is 6, not trunc(bf16(6.99)) = 7. Integers, so exactly."""
-    x = torch.tensor([0.1, 0.7, -0.3, 2.5, -1.5, 0.5, -2.5, 3.7, -0.7, 1.0, -1.0]).to(dtype)
-    y = torch.tensor([0.3, 0.1, 0.7, 3.0, 0.2, 0.1, 0.3, 0.7, 0.1, 0.3, 0.3]).to(dtype)
+    x = torch.tensor([0.1, 0.7, -0.3, 2.5, -1.5, 0.5, -2.5, 3.7, -0.7, 1.0, -1.0]).to(device, dtype)
+    y = torch.tensor([0.3, 0.1, 0.7, 3.0, 0.2, 0.1, 0.3, 0.7, 0.1, 0.3, 0.3]).to(device, dtype)
     for fn in (lambda a, b: torch.div(a, 0.1, rounding_mode="trunc"),
                lambda a, b: torch.div(a, b, rounding_mode="trunc")):
         got, want = fl.explore(fn, x, y)(x, y), fn(x, y)
@@ -209,15 +209,15 @@ def test_a_float32_value_computed_from_bfloat16_gets_bfloat16s_tolerance() -> No
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_half_precision_divisions_match_eager_on_many_values(dtype: torch.dtype) -> None:
+def test_half_precision_divisions_match_eager_on_many_values(dtype: torch.dtype, device: str) -> None:
     """Truncating division of half-precision tensors by tensors, by one-element tensors, by a float32 tensor and by
     a number, on 4096 values: every result as eager's, exactly (on a CPU eager divides two tensors in the
     half-precision dtype, a tensor by a number or a one-element tensor in float32). Flooring division within the
     dtype's tolerance: eager's CPU kernel rounds its remainder steps to bfloat16 (8.9375 // 0.1171875 is 75 there,
     76 in float32 and on CUDA)."""
     torch.manual_seed(0)
-    x = (torch.randn(4096) * 8).to(dtype)
-    y = (torch.rand(4096) * 0.9 + 0.1).to(dtype)
+    x = (torch.randn(4096) * 8).to(device, dtype)
+    y = (torch.rand(4096) * 0.9 + 0.1).to(device, dtype)
     for mode in ("trunc", "floor"):
         for fn in (lambda a, b, m=mode: torch.div(a, b, rounding_mode=m),
                    lambda a, b, m=mode: torch.div(a, 0.1, rounding_mode=m),
@@ -226,7 +226,7 @@ def test_half_precision_divisions_match_eager_on_many_values(dtype: torch.dtype)
                    lambda a, b, m=mode: torch.div(a, b.float(), rounding_mode=m),
                    lambda a, b, m=mode: torch.div(a, b[:1].expand_as(b), rounding_mode=m),  # expanded: a scalar
                    lambda a, b, m=mode: torch.div(0.3, b, rounding_mode=m),  # the number in b's dtype first
-                   lambda a, b, m=mode: torch.div(torch.tensor(0.3), b[0], rounding_mode=m)):
+                   lambda a, b, m=mode: torch.div(torch.tensor(0.3, device=b.device), b[0], rounding_mode=m)):
             got, want = fl.explore(fn, x, y)(x, y), fn(x, y)
             if mode == "trunc":
                 assert torch.equal(got, want), (mode, int((got != want).sum()))
@@ -241,10 +241,10 @@ def test_half_precision_divisions_match_eager_on_many_values(dtype: torch.dtype)
     lambda x: (lambda y: (y, y[1:]))(x * 2),
     lambda x: (lambda y, z: (y, z, z))(x * 2, x * 2),
 ], ids=["twice", "and_a_slice", "three_times", "one_value_and_its_view", "a_merged_one_returned_twice"])
-def test_outputs_share_memory_exactly_where_eagers_do(fn: Any) -> None:
+def test_outputs_share_memory_exactly_where_eagers_do(fn: Any, device: str) -> None:
     """The decomposition merges equal expressions; outputs that eager computes apart still get memory of their own
     (a write into one after the call leaves the other as eager's), and a view of one output stays its view."""
-    x = torch.randn(4, 5)
+    x = torch.randn(4, 5, device=device)
     got, want = fl.explore(fn, x)(x), fn(x)
 
     def shared(tensors: tuple[torch.Tensor, ...]) -> list[list[bool]]:
