@@ -53,6 +53,7 @@ class BackendGraph:
     dynamic: bool = False  # the graph has symbolic sizes: each new size is explored on its first call
     saved_outputs_from: int | None = None  # a forward graph's first output saved for the backward (AOTAutograd's)
     input_updates: tuple[int, ...] = ()  # outputs AOTAutograd copies into mutated inputs (data only) and lets go
+    static_inputs: tuple[int, ...] = ()  # inputs Dynamo marks static (parameters, buffers), by position
     explorations: dict[tuple[Any, ...], Exploration] = field(default_factory=dict)  # sizes -> exploration
 
     @property
@@ -145,6 +146,9 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
         ex.release_examples()  # the stand-ins: as large as the graph's inputs, and uninitialised anyway
         held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
         constants = [held[spec.name][0].detach() for spec in ex.captured.result.inputs if spec.kind != "input"]
+        # run_flat's positions: the constants, then the tensor arguments
+        tensors = list(itertools.accumulate((isinstance(a, torch.Tensor) for a in args), initial=len(constants)))
+        ex.static_inputs = tuple(tensors[i] for i in graph.static_inputs if isinstance(args[i], torch.Tensor))
     explorations.append(ex)
     return ex, constants
 
@@ -177,6 +181,15 @@ def _input_updates() -> tuple[int, ...]:
     return tuple(position for position, index in enumerate(indices)
                  if getattr(infos[index], "mutates_data", False)
                  and not getattr(infos[index], "mutates_metadata", True))
+
+
+def _static_inputs() -> tuple[int, ...]:
+    """The graph's inputs Dynamo marks static (a module's parameters and buffers): their memory stays put between
+    calls, so CUDA graphs read them in place, and a batch norm's running statistics are written there by the graph
+    (AOTAutograd keeps those mutations in the graph: `keep_inference_input_mutations`)."""
+    context = torch._guards.TracingContext.try_get()
+    indices = getattr(getattr(context, "fw_metadata", None), "static_input_indices", None)
+    return tuple(i for i in indices if isinstance(i, int)) if isinstance(indices, list) else ()
 
 
 def _saved_outputs_from() -> int | None:
@@ -215,7 +228,8 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
     dynamic_positions = [i for i, value in enumerate(example_inputs) if _is_symbolic(value)]
     graph = BackendGraph(next(_numbers) if index is None else index, role, graph_module, ended_by,
                          bool(dynamic_positions), _saved_outputs_from() if role == "forward" else None,
-                         _input_updates() if role != "backward" else ())
+                         _input_updates() if role != "backward" else (),
+                         _static_inputs() if role != "backward" else ())
     real = [_real(v) for v in example_inputs]
     context = torch._guards.TracingContext.try_get()
     first, first_constants = _explore(graph, real, cudagraphs, conv_layout)
@@ -285,8 +299,11 @@ def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *
         return functools.partial(compile_graph, index=index, role=role, ended_by=ended_by, cudagraphs=cudagraphs,
                                  conv_layout=conv_layout)
 
+    # keep_inference_input_mutations: a data-only mutation of an input that needs no gradient (a batch norm's
+    # running statistics, in training too) stays in the graph, where fusionlab writes it (one copy launch per dtype,
+    # or inside a CUDA graph), instead of AOTAutograd's epilogue (one copy_ per statistic, on the host)
     split = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                         inference_compiler=compiler("inference"))
+                         inference_compiler=compiler("inference"), keep_inference_input_mutations=True)
     return split(graph_module, example_inputs)  # type: ignore[no-any-return]
 
 

@@ -27,7 +27,7 @@ from fusionlab.decompose.layout import check_layout
 from fusionlab.eager_grad import needs_grad, run_with_grad
 from fusionlab.fusion.policy import Policy, resolve_policy
 from fusionlab.localise import Programs
-from fusionlab.runtime.cudagraphs import CudaGraphs, cudagraph_mode, refuse_cpu
+from fusionlab.runtime.cudagraphs import CudaGraphs, copy_all, cudagraph_mode, refuse_cpu
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated, capture
 from fusionlab.verify import VerifyReport, verify_call
 
@@ -80,6 +80,9 @@ class Exploration:
         # the backend's outputs that AOTAutograd copies into mutated inputs at once (with cudagraphs=True handed out
         # uncopied too)
         self.input_updates: tuple[int, ...] = ()
+        # more inputs CUDA graphs read in place (the backend's: a module's parameters and buffers, as Dynamo marks
+        # them): a batch norm's running statistics are then updated by the graph itself
+        self.static_inputs: tuple[int, ...] = ()
         # the strides eager gives each output, where the caller knows them better than a trace of this graph does
         # (the backend's, from AOTAutograd's graph); None: read from the capture
         self.eager_output_strides: list[tuple[int, ...] | None] | None = None
@@ -155,10 +158,11 @@ class Exploration:
     @functools.cached_property
     def graphed(self) -> CudaGraphs:
         """The compiled program replayed from CUDA graphs (with `cudagraphs=`; fusionlab.runtime.cudagraphs)."""
-        static = [i for i, spec in enumerate(self.captured.inputs) if spec.kind != "input"]
+        static = {i for i, spec in enumerate(self.captured.inputs) if spec.kind != "input"} | set(self.static_inputs)
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
+        writes = [(m.input_index, m.output_index) for m in self.captured.result.mutations]
         return CudaGraphs(self.compiled, static=static, clone_outputs=self.cudagraphs != "overwrite", name=name,
-                          kept_from=self.saved_outputs_from, handed=self.input_updates)
+                          kept_from=self.saved_outputs_from, handed=self.input_updates, writes=writes)
 
     @functools.cached_property
     def _flat_output(self) -> bool:
@@ -189,12 +193,14 @@ class Exploration:
         function wrote into its inputs or buffers are copied back into them, as eager would have."""
         result = self.captured.result
         with torch.no_grad():
-            outputs = tuple(self.graphed(*tensors) if self.cudagraphs else self.compiled(*tensors))
-            if not result.mutations:
-                return outputs
-            for mutation in result.mutations:
-                tensors[mutation.input_index].copy_(outputs[mutation.output_index])
-        return outputs[: result.user_outputs]
+            if self.cudagraphs:  # (the graph writes the mutated inputs itself)
+                outputs = tuple(self.graphed(*tensors))
+            else:
+                outputs = tuple(self.compiled(*tensors))
+                if result.mutations:  # one copy launch per dtype (a model's batch norms: hundreds of statistics)
+                    copy_all([tensors[m.input_index] for m in result.mutations],
+                             [outputs[m.output_index] for m in result.mutations])
+        return outputs[: result.user_outputs] if result.mutations else outputs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tensors = self.flat_inputs(args, kwargs)

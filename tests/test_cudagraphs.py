@@ -166,6 +166,36 @@ def test_parameters_are_read_in_place() -> None:
 
 @pytest.mark.gpu
 @cuda
+@pytest.mark.parametrize("mode", [True, "overwrite"])
+def test_inputs_and_buffers_written_in_place_are_written_on_every_replay(mode: bool | str) -> None:
+    """An input the function writes (copied into the graph's buffer) gets its new value after each replay; a
+    module's buffer (read in place) is written by the graph itself. Both as eager's, call after call, one capture."""
+    def bump(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.mul_(2).add_(y)
+        return x.sum(0)
+
+    y = torch.randn(16, 8, device="cuda")
+    ex = fl.explore(bump, torch.randn(16, 8, device="cuda"), y, cudagraphs=mode)
+    for _ in range(3):
+        x = torch.randn(16, 8, device="cuda")
+        want_x = x.clone()
+        want = bump(want_x, y)
+        torch.testing.assert_close(ex(x, y), want)
+        torch.testing.assert_close(x, want_x)
+    model = torch.nn.BatchNorm1d(8).cuda()
+    twin = copy.deepcopy(model)
+    ex = fl.explore(model, y, cudagraphs=mode)
+    for _ in range(3):
+        x = torch.randn(16, 8, device="cuda")
+        torch.testing.assert_close(ex(x), twin(x))
+        for got, want in zip(model.buffers(), twin.buffers(), strict=True):
+            torch.testing.assert_close(got, want)
+    (entry,) = [e for entries in ex.graphed.graphs.values() for e in entries]
+    assert ex.graphed.captures == 1 and entry.host_writes == (), "the buffers are written inside the graph"
+
+
+@pytest.mark.gpu
+@cuda
 def test_mixed_devices_are_refused() -> None:
     graphed = CudaGraphs(lambda a, b: (a + b.to(a.device),), name="add")
     with pytest.raises(CudaGraphsError, match="input 1 on cpu beside inputs on cuda"):
@@ -212,10 +242,11 @@ def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
 @pytest.mark.gpu
 @cuda
 def test_saved_activations_are_not_copied_and_a_second_forward_does_not_overwrite_them() -> None:
-    """cudagraphs=True in training: the forward hands out its saved activations, and the new running statistics
-    of its batch norm, as the graph's memory and the backward reads the activations there (no copy either way); a
-    forward run while the last one's activations are still held (gradients accumulated over two micro-batches)
-    runs without the graph, so both backwards are right. Gradients and running statistics as eager's twin's."""
+    """cudagraphs=True in training: the forward hands out its saved activations as the graph's memory and the
+    backward reads them there (no copy either way); the graph writes its batch norm's new running statistics into
+    the module's buffers itself; a forward run while the last one's activations are still held (gradients
+    accumulated over two micro-batches) runs without the graph, so both backwards are right. Gradients and running
+    statistics as eager's twin's."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64), torch.nn.Tanh(),
                                 torch.nn.Linear(64, 8)).cuda()
@@ -238,7 +269,9 @@ def test_saved_activations_are_not_copied_and_a_second_forward_does_not_overwrit
         check(x)
     forward, backward = _graphed("forward"), _graphed("backward")
     assert forward.replays >= 2 and forward.bypassed == 0 and backward.bypassed == 0, (forward, backward)
-    assert forward.kept_from is not None and len(forward.handed) == 3, "saved activations and statistics uncopied"
+    assert forward.kept_from is not None and len(forward.writes) == 3, "saved activations uncopied, statistics written"
+    (written,) = [e for entries in forward.graphs.values() for e in entries]
+    assert written.host_writes == () and len(written.in_place) >= 7, "parameters and buffers read and written in place"
     (entry,) = [e for entries in backward.graphs.values() for e in entries]
     assert len(entry.in_place) >= 2, "the backward reads the saved activations where the forward left them"
     # two micro-batches, one backward: the second forward must not overwrite what the first saved

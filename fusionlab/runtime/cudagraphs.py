@@ -19,6 +19,10 @@ launch on the H200 host for BERT) is paid once, at capture. What that needs, and
   overwrote ("modified by an inplace operation") instead of computing with them.
 - random ops (dropout): the RNG state is put back after warm-up and capture, so that the first replay draws what an
   eager call would have drawn from the same seed; each replay then advances the generator as an eager call does.
+- inputs the function writes (`writes`: the new value of input i is output j, as a batch norm's running statistics
+  are): written into an input read in place (a parameter, a buffer, a static position) by the graph itself, at the end
+  of each replay, as eager's in-place update; into a copied input, after the replay (one `torch._foreach_copy_` per
+  dtype for all of them). Those outputs are handed out uncopied, like the saved activations below.
 - a training step's saved activations (`kept_from`: the forward graph's outputs from that position on, which only its
   backward graph reads): copying them out and back in on every step cost ResNet-50 8 ms of a 25 ms step on an H200.
   They are handed out as the graph's memory instead, and the backward graph reads them where they lie. Safe without
@@ -43,7 +47,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CUDAGRAPH_MODES", "CudaGraphs", "CudaGraphsError", "cudagraph_mode", "lasting", "refuse_cpu"]
+__all__ = ["CUDAGRAPH_MODES", "CudaGraphs", "CudaGraphsError", "copy_all", "cudagraph_mode", "lasting", "refuse_cpu"]
 
 # Memory that stays put between calls, by data address: parameters a graph read in place, outputs returned
 # uncloned, and a forward's saved activations. Another graph reads an input found here in place too (a backward
@@ -112,9 +116,10 @@ class _Graph:
     outputs: tuple[torch.Tensor, ...]
     cloned: tuple[int, ...] = ()  # the outputs copied out of the graph's memory on every call
     kept: tuple[_Storage, ...] = ()  # the graph memory the other outputs are handed out on (`kept_from`, `handed`)
+    host_writes: tuple[tuple[int, int], ...] = ()  # (input, output) written after each replay (a copied input)
 
 
-def _copy_all(destinations: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
+def copy_all(destinations: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
     """`torch._foreach_copy_` per dtype and device: its fused kernels take lists of one dtype (mixed lists, a batch
     norm's int64 step count among bf16 activations, fall back to one copy_ launch per tensor)."""
     groups: dict[tuple[torch.dtype, torch.device], tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
@@ -146,6 +151,7 @@ class CudaGraphs:
     """`function(*tensors) -> tuple of tensors`, replayed from a CUDA graph captured per input layout.
 
     `static`: positions read in place (their address is part of the capture; parameters always are).
+    `writes`: (input, output) pairs, the function's new values of inputs it mutates, written into them on every call.
     `clone_outputs`: return copies (the default, safe) or the graph's own output memory (overwritten by the next
     call). `warmup`: calls before a capture. `max_graphs`: layouts captured before further ones are refused.
 
@@ -156,7 +162,8 @@ class CudaGraphs:
 
     def __init__(self, function: Callable[..., Sequence[torch.Tensor]], *, static: Iterable[int] = (),
                  clone_outputs: bool = True, warmup: int = 2, max_graphs: int = 16, name: str = "program",
-                 kept_from: int | None = None, handed: Iterable[int] = ()) -> None:
+                 kept_from: int | None = None, handed: Iterable[int] = (),
+                 writes: Iterable[tuple[int, int]] = ()) -> None:
         if warmup < 1:
             raise ValueError(f"warmup must be at least 1 (the first call compiles the kernels), got {warmup}")
         self.function = function
@@ -180,7 +187,8 @@ class CudaGraphs:
         self.kept_from = kept_from if clone_outputs else None
         # other outputs handed out uncopied, checked the same way: AOTAutograd's new values of mutated inputs, which
         # it copies into the inputs and lets go at once
-        self.handed = frozenset(handed) if clone_outputs else frozenset()
+        self.writes = tuple(writes)
+        self.handed = frozenset((*handed, *(j for _, j in self.writes))) if clone_outputs else frozenset()
         self._handed: tuple[_Storage, ...] = ()
         self.bypassed = 0  # calls run without the graph: the memory they would overwrite was still held
 
@@ -191,8 +199,7 @@ class CudaGraphs:
 
     def __call__(self, *tensors: Any) -> tuple[torch.Tensor, ...]:
         if any(storage.held() for storage in self._handed):
-            self.bypassed += 1  # a replay would overwrite activations a pending backward still holds
-            return tuple(self.function(*tensors))
+            return self._bypass(tensors)  # a replay would overwrite activations a pending backward still holds
         entry = None
         if self._keyed is not None and len(tensors) == self._arity:
             key = tuple(_layout(tensors[i]) for i in self._keyed)
@@ -202,21 +209,22 @@ class CudaGraphs:
                     entry = candidate
                     break
         if entry is None and self._made_by_a_bypass(tensors):
-            self.bypassed += 1  # activations a bypassed forward made on fresh memory: not where the graph reads
-            return tuple(self.function(*tensors))
+            return self._bypass(tensors)  # activations a bypassed forward made on fresh memory: not graph memory
         if entry is None:
             entry = self._capture(tensors)
         if entry.copied:
-            _copy_all([entry.inputs[i] for i in entry.copied], [tensors[i] for i in entry.copied])
+            copy_all([entry.inputs[i] for i in entry.copied], [tensors[i] for i in entry.copied])
         entry.graph.replay()
         self.replays += 1
+        if entry.host_writes:
+            copy_all([tensors[i] for i, _ in entry.host_writes], [entry.outputs[j] for _, j in entry.host_writes])
         if not self.clone_outputs:
             for output in entry.outputs:
                 torch.autograd.graph.increment_version(output)
             return entry.outputs
         cloned = [entry.outputs[i] for i in entry.cloned]
         copies = [torch.empty_like(o) for o in cloned]
-        _copy_all(copies, cloned)
+        copy_all(copies, cloned)
         if len(copies) == len(entry.outputs):
             return tuple(copies)
         # the others: new tensor objects on the graph's memory (when their holders let them go, the memory is free
@@ -226,6 +234,14 @@ class CudaGraphs:
         for position, copy in zip(entry.cloned, copies, strict=True):
             results[position] = copy
         return tuple(results)
+
+    def _bypass(self, tensors: Sequence[Any]) -> tuple[torch.Tensor, ...]:
+        """Run without the graph, on fresh memory (and write the mutated inputs, as a replay would)."""
+        self.bypassed += 1
+        outputs = tuple(self.function(*tensors))
+        if self.writes:
+            copy_all([tensors[i] for i, _ in self.writes], [outputs[j] for _, j in self.writes])
+        return outputs
 
     def _made_by_a_bypass(self, tensors: Sequence[Any]) -> bool:
         """Whether a call that matches no graph brings, where a graph reads another graph's memory in place, a
@@ -320,9 +336,13 @@ class CudaGraphs:
             torch.cuda.current_stream(device).wait_stream(side)
             torch.cuda.set_rng_state(rng, device)
             graph = torch.cuda.CUDAGraph()
+            read = {position for position, _ in in_place}
+            captured = [(i, j) for i, j in self.writes if i in read]  # the graph writes those inputs itself
             try:
                 with torch.cuda.graph(graph, pool=self._pool):
                     outputs = tuple(self.function(*inputs))
+                    if captured:
+                        copy_all([inputs[i] for i, _ in captured], [outputs[j] for _, j in captured])
             except RuntimeError as error:
                 raise CudaGraphsError(
                     f"cudagraphs=True: capturing {self.name} failed ({str(error).splitlines()[0][:200]}). An op "
@@ -350,7 +370,8 @@ class CudaGraphs:
         # input) is not kept alive by this graph: its layout is checked on every call.
         buffers = [value if position in copied or position in self.static or isinstance(value, torch.nn.Parameter)
                    else None for position, value in enumerate(inputs)]
-        entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs, cloned, kept)
+        entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs, cloned, kept,
+                       tuple((i, j) for i, j in self.writes if i not in read))
         held.append(entry)
         self.captures += 1
         return entry
