@@ -212,9 +212,10 @@ def _report_strides(context: Any, ex: Exploration, graph_module: torch.fx.GraphM
     output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
     leaves = pytree.tree_leaves(output.args[0])
     tensors = [isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor) for leaf in leaves]
-    if reported is None or sum(tensors) != len(graph.outputs):
+    count = len(graph.outputs) - len(ex.captured.result.mutations)  # (then the new values of mutated inputs)
+    if reported is None or sum(tensors) != count:
         return
-    ours = iter(output_strides(graph))
+    ours = iter(output_strides(graph)[:count])
     reported.extend(next(ours) if tensor else None for tensor in tensors)  # one per AOTAutograd output
 
 

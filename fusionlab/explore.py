@@ -140,8 +140,10 @@ class Exploration:
 
     @functools.cached_property
     def decomposed(self) -> Decomposed:
-        return self.captured.decompose(self._rules, self.conv_layout, self.saved_outputs_from,
-                                       self.eager_output_strides)
+        strides = self.eager_output_strides
+        if strides is not None:  # (the new values of mutated inputs follow the function's outputs: no caller's)
+            strides = list(strides) + [None] * len(self.captured.result.mutations)
+        return self.captured.decompose(self._rules, self.conv_layout, self.saved_outputs_from, strides)
 
     @functools.cached_property
     def fused(self) -> Fused:
