@@ -79,11 +79,15 @@ def _trunc_divide(b: Builder, x: Any, y: Any) -> Ref:
     result = b.expected.dtype
     cpu = _on_cpu(b)
     scalar = not isinstance(y, Ref) or (cpu and _one_element(b, y))
-    if not scalar:  # (a number as the dividend is in the tensor's dtype, as eager converts it)
-        x = x if isinstance(x, Ref) or result not in (torch.float16, torch.bfloat16) else float(
-            torch.tensor(x, dtype=result))
-        return b.pointwise("trunc", b.pointwise("div", x, y))
+    half = result in (torch.float16, torch.bfloat16)
     accumulate = torch.float64 if result == torch.float64 else torch.float32
+    if not scalar:  # (a number as the dividend is in the tensor's dtype, as eager converts it)
+        x = x if isinstance(x, Ref) or not half else float(torch.tensor(x, dtype=result))
+        if cpu or not half:  # (a CPU's vectorised kernel truncates the float32 quotient)
+            return b.pointwise("trunc", b.pointwise("div", x, y))
+        # CUDA's divides two half-precision scalars: the quotient is rounded to their dtype before the truncation
+        operands = [b.cast(v, accumulate) if isinstance(v, Ref) else v for v in (x, y)]
+        return b.pointwise("trunc", b.cast(b.pointwise("div", *operands), result))
     # the dividend in the result's dtype first, as eager's operands are, then widened
     x = b.cast(b.cast(x, result), accumulate) if isinstance(x, Ref) else float(torch.tensor(x, dtype=result))
     if cpu or isinstance(y, Ref):
