@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import register_backend
 
-from fusionlab.capture import fill_template
+from fusionlab.capture import fill_template, output_values, strides_of
 from fusionlab.capture.masks import drop_empty_masks
 from fusionlab.decompose.layout import check_layout, output_strides
 from fusionlab.explore import Exploration, explore
@@ -156,17 +155,9 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
 def _aot_output_strides(graph_module: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:
     """The strides eager gives each output of an AOTAutograd graph (its output node's values, as AOTAutograd traced
     them: a backward graph compiled for channels-last saved activations is re-traced here on those, and would
-    otherwise take its gradients' strides from them)."""
-    return [tuple(v.stride()) if all(isinstance(s, int) for s in v.stride()) else None
-            for v in _tensor_outputs(graph_module)]
-
-
-def _tensor_outputs(graph_module: torch.fx.GraphModule) -> list[torch.Tensor]:
-    """The traced values of an AOTAutograd graph's tensor outputs, in order: the outputs fusionlab's capture keeps
-    (a None, a gradient no input needs, is not one)."""
-    output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
-    values = [leaf.meta.get("val") for leaf in pytree.tree_leaves(output.args[0]) if isinstance(leaf, torch.fx.Node)]
-    return [v for v in values if isinstance(v, torch.Tensor)]
+    otherwise take its gradients' strides from them). Only its tensor outputs, those fusionlab's capture keeps: a
+    None, a gradient no input needs, is not one."""
+    return [strides_of(v) for v in output_values(graph_module) if isinstance(v, torch.Tensor)]
 
 
 def _input_updates() -> tuple[int, ...]:
@@ -209,9 +200,7 @@ def _report_strides(context: Any, ex: Exploration, graph_module: torch.fx.GraphM
     (decompose/layout.py), as Inductor does after its layout choice: it compiles the backward graph for them."""
     reported = getattr(context, "output_strides", None)
     graph = ex.decomposed.graph
-    output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
-    leaves = pytree.tree_leaves(output.args[0])
-    tensors = [isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor) for leaf in leaves]
+    tensors = [isinstance(value, torch.Tensor) for value in output_values(graph_module)]
     count = len(graph.outputs) - len(ex.captured.result.mutations)  # (then the new values of mutated inputs)
     if reported is None or sum(tensors) != count:
         return

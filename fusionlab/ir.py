@@ -9,7 +9,7 @@ A `Graph` is a flat SSA program of `Node`s. Shapes hold ints or sympy expression
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -63,6 +63,29 @@ def channels_last_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
     """The strides of a 4-D [N, C, H, W] value stored in NHWC order."""
     _, c, h, w = shape
     return (product((h, w, c)), 1, product((w, c)), c)
+
+
+def is_channels_last(value: TensorType) -> bool:
+    """Typed dense in NHWC order, and not merely because its sizes make NHWC and row-major the same strides (a
+    convolution's result in channels-last: decompose/layout.py). Sizes may be symbolic."""
+    return value.rank == 4 and value.strides is not None \
+        and tuple(value.strides) == tuple(channels_last_strides(value.shape)) \
+        and tuple(value.strides) != tuple(contiguous_strides(value.shape))
+
+
+def unique_names(taken: Iterable[str]) -> Callable[[str], str]:
+    """A maker of names none of `taken` has: given `base`, it returns `base`, else the first of `base_1`, `base_2`,
+    ... not taken yet, and counts what it returns as taken (new nodes added to a graph get names of their own)."""
+    names = set(taken)
+
+    def unique(base: str) -> str:
+        name, number = base, 1
+        while name in names:
+            name, number = f"{base}_{number}", number + 1
+        names.add(name)
+        return name
+
+    return unique
 
 
 @dataclass(frozen=True)

@@ -374,7 +374,7 @@ def test_the_backend_returns_eagers_strides() -> None:
         "permuted_3d", "square_transposed_back", "slice_of_transposed"])
 def test_a_kernels_output_has_eagers_strides(fn: Any, make: Any) -> None:
     """A pointwise op of a channels-last, transposed or permuted input: eager lays its result out in its input's
-    order, and so does fusionlab (the kernel stores it in that order: `layout.eager_output_strides`), values as
+    order, and so does fusionlab (the kernel stores it in that order: `output_layout.eager_output_strides`), values as
     eager's on fresh inputs, square shapes included."""
     ex = fl.explore(fn, make())
     fresh = make()

@@ -17,10 +17,13 @@ from fusionlab.capture.result import (
     ObjectSlot,
     SymbolBinding,
     fill_template,
+    output_values,
+    strides_of,
 )
 from fusionlab.capture.state import StateChanged, StateSource
 from fusionlab.capture.trace import capture
 
 __all__ = ["TENSOR_SLOT", "AtenNode", "CaptureError", "CaptureResult", "Guard", "GuardFailed", "InputMismatch",
            "InputSpec", "Mutation", "ObjectSlot", "StateChanged", "StateSource", "SymbolBinding", "capture",
-           "check_aliasing", "check_guards", "check_inputs", "fill_template", "flatten_call"]
+           "check_aliasing", "check_guards", "check_inputs", "fill_template", "flatten_call", "output_values",
+           "strides_of"]

@@ -73,6 +73,21 @@ def fill_template(template: tuple[Any, ...], outputs: Iterator[torch.Tensor]) ->
     return leaves
 
 
+def output_values(graph_module: torch.fx.GraphModule) -> list[Any]:
+    """The traced value (`meta["val"]`) of each leaf its output node returns, in order; None for a leaf that is no
+    node (a None output). Eager's strides of the outputs are read from them."""
+    output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
+    return [leaf.meta.get("val") if isinstance(leaf, torch.fx.Node) else None
+            for leaf in pytree.tree_leaves(output.args[0])]
+
+
+def strides_of(value: Any) -> tuple[int, ...] | None:
+    """A traced tensor's strides; None for anything else, or when one of them is symbolic."""
+    if isinstance(value, torch.Tensor) and all(isinstance(s, int) for s in value.stride()):
+        return tuple(value.stride())
+    return None
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """A graph input: a user tensor ("input"), a module parameter or a buffer."""

@@ -28,7 +28,17 @@ from fusionlab.codegen.matmul import MatmulWriter
 from fusionlab.codegen.plan import plan_kernel
 from fusionlab.codegen.preamble import KERNEL_PREAMBLE
 from fusionlab.fusion.fuse import FuseResult, FusionGroup
-from fusionlab.ir import Dim, Graph, Node, Ref, TensorType, channels_last_strides, contiguous_strides, product
+from fusionlab.ir import (
+    Dim,
+    Graph,
+    Node,
+    Ref,
+    TensorType,
+    channels_last_strides,
+    contiguous_strides,
+    is_channels_last,
+    product,
+)
 from fusionlab.names import Namer, comment
 
 __all__ = ["KERNEL_PREAMBLE", "Program", "WrapperSection", "generate_program"]
@@ -104,7 +114,7 @@ class ProgramWriter:
         # read them with strides known now
         # (of an op with several results, only a first result a kernel reads: the op may not return one at all)
         self.channels_last_externs = {name for name in read_externs if name not in self.dense_externs
-                                      and _traced_channels_last(graph[name].type)
+                                      and is_channels_last(graph[name].type)
                                       and (not graph[name].param("outputs") or name in self.kernel_reads)}
 
     def var(self, value: str) -> str:
@@ -397,12 +407,6 @@ def generate_program(graph: Graph, fused: FuseResult, captured: CaptureResult,
 def _literal(text: str) -> bool:
     """A launch argument written as a number: the same on every call."""
     return text.removeprefix("-").isdigit()
-
-
-def _traced_channels_last(value: TensorType) -> bool:
-    """Typed dense in NHWC order (a convolution's result in channels-last: decompose/layout.py)."""
-    return value.rank == 4 and value.strides is not None \
-        and tuple(value.strides) == tuple(channels_last_strides(value.shape))
 
 
 def _traced_dense(value: TensorType) -> bool:

@@ -19,11 +19,12 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from fusionlab.capture import CaptureError, CaptureResult
+from fusionlab.capture import CaptureError, CaptureResult, output_values, strides_of
 from fusionlab.capture.decompositions import decomposed_from
 from fusionlab.decompose import attention
 from fusionlab.decompose import layout as layouts
 from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable, short_name
+from fusionlab.decompose.output_layout import eager_output_strides
 from fusionlab.decompose.rules import RULES
 from fusionlab.ir import Graph, Node, Ref, TensorType, draws_random_numbers
 from fusionlab.names import sanitize
@@ -96,7 +97,7 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
               output_strides: Sequence[tuple[int, ...] | None] | None = None) -> DecomposeResult:
     """Apply the rule table to every aten node, in program order; then choose the convolutions' layout (`layout`:
     decompose/layout.py; the outputs from `saved_from` on are saved activations, which may come back
-    channels-last)."""
+    channels-last); then lay out the caller's outputs as eager does (decompose/output_layout.py)."""
     table = RULES if rules is None else rules
     nodes: list[Node] = []
     builder = Builder(nodes, {})
@@ -152,7 +153,7 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     # (the values a returned view chain starts at: eager's strides as traced here, unless this trace's inputs are
     # the channels-last saved activations of a training step)
     traced = {} if given and layout == "channels_last" else _value_strides(captured.graph_module, values, graph)
-    graph = layouts.eager_output_strides(graph, strides, traced)
+    graph = eager_output_strides(graph, strides, traced)
     return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
 
 
@@ -185,11 +186,7 @@ def _apart(builder: Builder, refs: list[Ref], leaves: list[Any]) -> list[str]:
 
 def _traced_strides(graph_module: torch.fx.GraphModule, count: int) -> list[tuple[int, ...] | None]:
     """The strides eager gives each output of the traced graph (None where unknown, or symbolic)."""
-    output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
-    leaves = pytree.tree_leaves(output.args[0])
-    values = [leaf.meta.get("val") if isinstance(leaf, torch.fx.Node) else None for leaf in leaves]
-    strides = [tuple(v.stride()) if isinstance(v, torch.Tensor) and all(isinstance(s, int) for s in v.stride())
-               else None for v in values]
+    strides = [strides_of(value) for value in output_values(graph_module)]
     return strides if len(strides) == count else [None] * count
 
 
@@ -199,10 +196,9 @@ def _value_strides(graph_module: torch.fx.GraphModule, values: list[tuple[str, s
     fx_nodes = {node.name: node for node in graph_module.graph.nodes}
     found: dict[str, tuple[int, ...]] = {}
     for fx_name, value in values:
-        val = fx_nodes[fx_name].meta.get("val") if fx_name in fx_nodes else None
-        if value in graph and graph[value].origin == fx_name and isinstance(val, torch.Tensor) \
-                and all(isinstance(s, int) for s in val.stride()):
-            found[value] = tuple(val.stride())
+        strides = strides_of(fx_nodes[fx_name].meta.get("val")) if fx_name in fx_nodes else None
+        if value in graph and graph[value].origin == fx_name and strides is not None:
+            found[value] = strides
     return found
 
 

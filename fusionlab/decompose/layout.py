@@ -40,7 +40,16 @@ import torch
 import torch.utils._pytree as pytree
 
 from fusionlab.decompose.builder import short_name
-from fusionlab.ir import Graph, Node, Ref, TensorType, channels_last_strides, contiguous_strides
+from fusionlab.ir import (
+    Graph,
+    Node,
+    Ref,
+    TensorType,
+    channels_last_strides,
+    contiguous_strides,
+    is_channels_last,
+    unique_names,
+)
 
 aten = torch.ops.aten
 
@@ -80,12 +89,13 @@ def channels_last(graph: Graph, hidden_from: int | None = None, training: bool =
     the outputs from position `hidden_from` on are no caller's (a training step's saved activations, which only its
     backward graph reads): they may come back channels-last, as `output_strides` says; and the convolutions'
     backwards are converted too, their weights' gradients laid out as `eager_strides` (per output) has them."""
-    visible = _visible(graph, hidden_from if training else None, training)
-    convolutions = [n for n in graph.nodes if n.name not in visible and _converts(n, graph)
+    converts = {n.name for n in graph.nodes if _converts(n, graph)}
+    visible = _visible(graph, converts, hidden_from if training else None, training)
+    convolutions = [n for n in graph.nodes if n.name in converts and n.name not in visible
                     and (training or n.param("target") is aten.convolution.default)]
     if not convolutions:
         return graph
-    rewrite = _Rewrite(graph, visible, training)
+    rewrite = _Rewrite(graph, visible, converts, training)
     rewrite.eager_strides = dict(zip(graph.outputs, eager_strides, strict=False))
     for node in graph.nodes:
         target = node.param("target") if node.kind == "extern" else None
@@ -125,25 +135,25 @@ def _converts(node: Node, graph: Graph) -> bool:
         and all(isinstance(d, int) for v in operands for d in graph[v.name].type.shape)
 
 
-def _visible(graph: Graph, hidden_from: int | None = None, training: bool = False) -> set[str]:
+def _visible(graph: Graph, converts: set[str], hidden_from: int | None = None, training: bool = False) -> set[str]:
     """The values whose layout the caller sees: the outputs (before `hidden_from`; a hidden one that is a view of a
     value too, not an op's second result), and what they view (a returned slice of a value has its strides). They
     keep the layout eager gives them, and so do the views and ops that read them in that layout. A convolution's
-    backward is not seen through the gradients it returns: the weight's is made row-major after it
-    (`_Rewrite.graph`)."""
+    backward (of those in `converts`, the convolutions the pass can convert) is not seen through the gradients it
+    returns: the weight's is made row-major after it (`_Rewrite.graph`)."""
     shown = graph.outputs if hidden_from is None else graph.outputs[:hidden_from]
     seen = set(shown) | {name for name in graph.outputs if graph[name].kind == "view" and graph[name].op != "output_of"}
     for node in reversed(graph.nodes):
-        if node.name in seen and node.kind == "view" and not (training and _of_conv_backward(graph, node)):
+        if node.name in seen and node.kind == "view" and not (training and _of_conv_backward(graph, node, converts)):
             seen.update(node.inputs)
     return seen
 
 
-def _of_conv_backward(graph: Graph, node: Node) -> bool:
-    """A result of a convolution's backward that the pass converts (a grouped or transposed one keeps its layout,
-    and is seen through its results like any op)."""
+def _of_conv_backward(graph: Graph, node: Node, converts: set[str]) -> bool:
+    """A result of a convolution's backward that the pass converts (one in `converts`; a grouped or transposed one
+    keeps its layout, and is seen through its results like any op)."""
     return node.op == "output_of" and graph[node.inputs[0]].param("target") is aten.convolution_backward.default \
-        and _converts(graph[node.inputs[0]], graph)
+        and node.inputs[0] in converts
 
 
 def output_strides(graph: Graph) -> list[tuple[int, ...] | None]:
@@ -164,12 +174,6 @@ def output_strides(graph: Graph) -> list[tuple[int, ...] | None]:
     return strides
 
 
-def _channels_last_typed(value: TensorType) -> bool:
-    return value.rank == 4 and value.strides is not None and all(isinstance(d, int) for d in value.shape) \
-        and tuple(value.strides) == tuple(channels_last_strides(value.shape)) \
-        and tuple(value.strides) != tuple(contiguous_strides(value.shape))
-
-
 def _operand(node: Node, position: int) -> Any:
     args, _ = node.param("call")
     return args[position] if position < len(args) else None
@@ -182,25 +186,18 @@ def _is_4d(graph: Graph, value: Any) -> bool:
 class _Rewrite:
     """The graph's nodes, with the new ones placed and the readers redirected when `graph()` is called."""
 
-    def __init__(self, graph: Graph, visible: set[str], training: bool = False) -> None:
-        self.source, self.visible, self.training = graph, visible, training
+    def __init__(self, graph: Graph, visible: set[str], converts: set[str], training: bool = False) -> None:
+        self.source, self.visible, self.converts, self.training = graph, visible, converts, training
         self.eager_strides: dict[str, tuple[int, ...] | None] = {}  # an output -> the strides eager gives it
         self.after: dict[str, list[Node]] = {}  # new nodes, placed right after the named node
         self.before: dict[str, list[Node]] = {}  # new nodes, placed right before the named node
         self.redirect: dict[str, str] = {}  # a value -> the channels-last view its readers read instead
         self.replaced: dict[str, Node] = {}  # rewritten nodes
-        self.names = {n.name for n in graph.nodes}
+        self.unique_name = unique_names(n.name for n in graph.nodes)  # a name no node has yet
         self.converted: dict[str, str] = {}  # a value -> its `contiguous(channels_last)` result
         self.reads_original: set[str] = set()  # the permutes that start each copy: they read the value itself
         self.retyped: set[str] = set()  # results typed channels-last (convolutions, pools)
         self.converting: set[str] = set()  # the convolutions (and backwards) given channels-last operands
-
-    def _name(self, base: str) -> str:
-        name, number = base, 1
-        while name in self.names:
-            name, number = f"{base}_{number}", number + 1
-        self.names.add(name)
-        return name
 
     def store_channels_last(self, value: Ref) -> bool:
         """Have the kernel computing `value` store it channels-last (False when no kernel computes it, or the caller
@@ -210,7 +207,7 @@ class _Rewrite:
         producer = self.source[value.name]
         if producer.kind not in ("pointwise", "reduction") or value.name in self.visible:
             return False
-        permuted, stored, view = stored_permuted(producer, NHWC, self._name, ("nhwc", "channels_last", "cl"))
+        permuted, stored, view = stored_permuted(producer, NHWC, self.unique_name, ("nhwc", "channels_last", "cl"))
         self.after.setdefault(value.name, []).extend([permuted, stored, view])
         self.reads_original.add(permuted.name)
         self.redirect[value.name] = view.name
@@ -221,7 +218,7 @@ class _Rewrite:
         shape, dtype = value.type.shape, value.type.dtype
         strides = channels_last_strides(shape) if layout == torch.channels_last else contiguous_strides(shape)
         reason = _REASON if layout == torch.channels_last else _RESTORE
-        return Node(self._name(name), "extern", short_name(aten.contiguous.default), (),
+        return Node(self.unique_name(name), "extern", short_name(aten.contiguous.default), (),
                     TensorType(shape, dtype, strides),
                     tuple(sorted({"target": aten.contiguous.default, "reason": reason,
                                   "call": ((Ref(value.name),), {"memory_format": layout}),
@@ -235,7 +232,7 @@ class _Rewrite:
             self.before.setdefault(node.name, []).append(converted)
             self.converted[value.name] = converted.name
         current = self.replaced.get(node.name, node)
-        self.replaced[node.name] = _swapped(current, {value.name: self.converted[value.name]})
+        self.replaced[node.name] = swapped(current, {value.name: self.converted[value.name]})
 
     def retype(self, node: Node) -> None:
         """A convolution (or pooling op) of channels-last operands: its result is channels-last."""
@@ -270,11 +267,11 @@ class _Rewrite:
         out: list[Node] = []
         swaps: dict[str, str] = {}
         for node in nodes:
-            out.append(_swapped(node, swaps) if node.kind == "view" else node)  # (a returned chain reads it)
-            if node.kind == "view" and _of_conv_backward(self.source, node) and node.name in returned \
+            out.append(swapped(node, swaps) if node.kind == "view" else node)  # (a returned chain reads it)
+            if node.kind == "view" and _of_conv_backward(self.source, node, self.converts) and node.name in returned \
                     and node.type.rank == 4 and node.inputs[0] in self.converting:
                 wanted = self.eager_strides.get(node.name)
-                layout = torch.channels_last if wanted is not None and _channels_last_typed(
+                layout = torch.channels_last if wanted is not None and is_channels_last(
                     TensorType(node.type.shape, node.type.dtype, wanted)) else torch.contiguous_format
                 restored = self._contiguous(node, f"{node.name}_as_eager", layout, node)
                 out.append(restored)
@@ -286,8 +283,10 @@ class _Rewrite:
         may be channels-last at run time (a converted convolution's result, a pool or interpolation of one, ...):
         such an op returns its result in its operand's layout."""
         nhwc = self.retyped | set(self.converted.values()) | set(self.redirect.values())
-        if self.training:  # the saved activations the forward stored channels-last
-            nhwc |= {name for name in self.source.inputs if _channels_last_typed(self.source[name].type)}
+        if self.training:  # the saved activations the forward stored channels-last (of static shape, as the
+            # convolutions the pass converts)
+            nhwc |= {name for name in self.source.inputs if is_channels_last(self.source[name].type)
+                     and all(isinstance(d, int) for d in self.source[name].type.shape)}
         made = {node.name: node for node in nodes}
         out: list[Node] = []
         for node in nodes:
@@ -297,7 +296,7 @@ class _Rewrite:
                     restored = self._contiguous(made[value], f"{value}_nchw", torch.contiguous_format, node)
                     out.append(restored)
                     swaps[value] = restored.name
-                node = _swapped(node, swaps)
+                node = swapped(node, swaps)
             elif node.kind in ("extern", "view") and nhwc.intersection(node.inputs):
                 nhwc.add(node.name)  # an op's result follows its operand's layout; so does a view's
             out.append(node)
@@ -308,7 +307,7 @@ class _Rewrite:
         caller sees keeps reading the value itself (its result would follow the NHWC layout otherwise)."""
         if node.kind in ("view", "extern") and node.name in self.visible:
             return node
-        return _swapped(node, self.redirect)
+        return swapped(node, self.redirect)
 
 
 def stored_permuted(producer: Node, order: tuple[int, ...], name: Callable[[str], str],
@@ -329,68 +328,7 @@ def stored_permuted(producer: Node, order: tuple[int, ...], name: Callable[[str]
     return permuted, stored, view
 
 
-def eager_output_strides(graph: Graph, strides: Sequence[tuple[int, ...] | None],
-                         traced: dict[str, tuple[int, ...]] | None = None) -> Graph:
-    """`graph` with what the caller gets laid out as eager lays it out: a pointwise op of a channels-last or
-    transposed input follows its input's order in eager, where a kernel would write row-major. An output a kernel
-    computes (`strides[i]` for output i), or the value a returned view chain starts at (`traced`: eager's strides of
-    the values aten ops computed), is stored in eager's order as a copy (`stored_permuted`) whose view the output, or
-    the chain's first view, reads; the kernel's other readers keep reading the value itself."""
-    traced = traced or {}
-    orders: dict[str, tuple[int, ...]] = {}  # a kernel's value -> the order eager stores it in
-    chains: dict[str, str] = {}  # the first view of a returned chain -> the kernel value it reads
-    for name, wanted in zip(graph.outputs, strides, strict=True):
-        node, first = graph[name], None
-        while node.kind == "view" and node.op != "output_of" and node.inputs:
-            first, node = node, graph[node.inputs[0]]
-            wanted = traced.get(node.name)
-        order = _dense_order(node.type.shape, wanted) if node.kind in ("pointwise", "reduction") else None
-        if order is None or order == tuple(range(len(order))):
-            continue
-        orders[node.name] = order
-        if first is not None:
-            chains[first.name] = node.name
-    if not orders:
-        return graph
-    names = {n.name for n in graph.nodes}
-
-    def unique(base: str) -> str:
-        candidate, number = base, 1
-        while candidate in names:
-            candidate, number = f"{base}_{number}", number + 1
-        names.add(candidate)
-        return candidate
-
-    nodes: list[Node] = []
-    views: dict[str, str] = {}
-    for node in graph.nodes:
-        nodes.append(_swapped(node, {chains[node.name]: views[chains[node.name]]}) if node.name in chains else node)
-        if node.name in orders:
-            made = stored_permuted(node, orders[node.name], unique, ("reordered", "eager_layout", "as_eager"))
-            nodes.extend(made)
-            views[node.name] = made[2].name
-    outputs = tuple(views.get(n, n) if graph[n].kind in ("pointwise", "reduction") else n for n in graph.outputs)
-    return Graph(graph.inputs, tuple(nodes), outputs, graph.hints)
-
-
-def _dense_order(shape: tuple[Any, ...], strides: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """The dimension order (outermost first) in which `strides` lay a dense `shape` out, or None when they do not
-    (overlapping, gaps, symbolic sizes), or when they are row-major but for dims of size 1."""
-    if strides is None or len(strides) != len(shape) or not all(isinstance(d, int) for d in (*shape, *strides)):
-        return None
-    order = tuple(sorted(range(len(shape)), key=lambda d: (-strides[d] if shape[d] != 1 else 0, d)))
-    order = tuple(d for d in order if shape[d] != 1) + tuple(d for d in range(len(shape)) if shape[d] == 1)
-    expected = 1
-    for d in reversed(order):
-        if shape[d] != 1 and strides[d] != expected:
-            return None
-        expected *= shape[d]
-    if [d for d in order if shape[d] != 1] == [d for d in range(len(shape)) if shape[d] != 1]:
-        return None  # row-major where it counts
-    return order
-
-
-def _swapped(node: Node, swaps: dict[str, str]) -> Node:
+def swapped(node: Node, swaps: dict[str, str]) -> Node:
     """`node` reading `swaps[v]` wherever it read `v`."""
     if not swaps.keys() & set(node.inputs):
         return node
