@@ -144,6 +144,36 @@ def test_grouped_convolutions_keep_their_layout() -> None:
     assert not [n for n in ex.decomposed.graph.nodes if n.op == "permute"]
 
 
+@pytest.mark.parametrize("channels, size", [(8, 6), (8, 8)], ids=["nchw", "square_c_h_w"])
+def test_a_batch_norm_backward_stores_its_gradient_channels_last_itself(channels: int, size: int) -> None:
+    """In a channels-last training step, the batch-norm backward's reduction kernel writes the gradient the next
+    convolution backward reads in NHWC order itself (`fusion.domain.permuted_store`): no kernel of its own copies it
+    there. Also when C, H and W are equal, where the NHWC shape is the NCHW one. Gradients as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                          nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 4))
+    twin = __import__("copy").deepcopy(model)
+    x = torch.randn(3, 3, size, size)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
+    before = dynamo_backend.mark()
+    compiled(x).square().mean().backward()
+    twin(x).square().mean().backward()
+    for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4, msg=name)
+    for got, want in zip(model.buffers(), twin.buffers(), strict=True):
+        torch.testing.assert_close(got, want)
+    backward = next(g for g in dynamo_backend.since(before) if g.role == "backward").exploration
+    graph = backward.decomposed.graph
+    stored = [n for n in graph.nodes if n.name.endswith("_channels_last")]
+    assert stored, "the convolution backward's gradient operand is stored channels-last by a kernel"
+    groups = {name: group for group in backward.fused.groups for name in group.nodes}
+    for node in stored:
+        assert groups[node.name].kind == "reduction", (node.name, groups[node.name].name)
+    torch._dynamo.reset()
+
+
 def test_training_through_the_backend_in_channels_last() -> None:
     """A training step through torch.compile with conv_layout='channels_last': loss and every gradient as eager's."""
     torch.manual_seed(0)

@@ -25,7 +25,7 @@ from fusionlab.codegen.plan import KernelPlan
 from fusionlab.codegen.provenance import module_comments
 from fusionlab.decompose import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE, compute_dtype
 from fusionlab.decompose.primitives import INDEXED
-from fusionlab.fusion.domain import Domain, IndexMap, alignment, reads_own_row, store_map, view_map
+from fusionlab.fusion.domain import Domain, IndexMap, alignment, permuted_store, reads_own_row, store_map, view_map
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Dim, Graph, Node, Ref
 from fusionlab.names import comment
@@ -419,11 +419,20 @@ class KernelWriter(IndexWriter):
     def _store(self, value: str, scope: _Scope) -> None:
         node = self.graph[value]
         level = alignment(node.type.shape, self.domain) or "full"
-        expr = self.emit(value, store_map(node, self.domain), scope)
+        index_map = store_map(node, self.domain, self.graph)
+        expr = self.emit(value, index_map, scope)
         if node.type.dtype == torch.bfloat16:
             expr = f"_to_bfloat16({expr})"  # tl.store's own conversion truncates under Triton's interpreter
         pointer = self._argument(f"out_{value}", "output", value)
-        if level == "row":
+        if permuted_store(self.graph, node, self.domain) is not None:  # its own shape, row-major, in its own order
+            level = "full"
+            terms = []
+            for position, dim in enumerate(index_map):
+                later = [self._size(d) for d in index_map[position + 1:] if d is not None]
+                if dim is not None:
+                    terms.append(f"{self.dim_expr(dim)}" + (f" * {' * '.join(later)}" if later else ""))
+            offset = " + ".join(terms) or "0"
+        elif level == "row":
             offset = "xindex"
         elif self.plan.reduction and not self.plan.trailing_axes:
             terms = []

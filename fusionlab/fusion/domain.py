@@ -77,9 +77,30 @@ def value_map(shape: Sequence[Dim], domain: Domain, level: str) -> IndexMap:
     return tuple(None if size == 1 else targets.pop(0) for size in shape)
 
 
-def store_map(node: Node, domain: Domain) -> IndexMap:
-    """The index map a kernel stores `node` at: its own row for a reduced value, every dimension otherwise."""
+def store_map(node: Node, domain: Domain, graph: Graph | None = None) -> IndexMap:
+    """The index map a kernel stores `node` at: its own row for a reduced value, every dimension otherwise, or (with
+    `graph`) the permuted dimensions of a `permuted_store`."""
+    permuted = permuted_store(graph, node, domain) if graph is not None else None
+    if permuted is not None:
+        return permuted
     return value_map(node.type.shape, domain, alignment(node.type.shape, domain) or "full")
+
+
+def permuted_store(graph: Graph, node: Node, domain: Domain) -> IndexMap | None:
+    """The index map of `copy(permute(v, dims))` stored by a reduction kernel that computes `v` over its whole domain:
+    `v` written in another dimension order (a batch norm's gradient stored channels-last for the convolution that
+    reads it: decompose/layout.py), dimension j of the copy following v's dimension dims[j]. None for any other
+    value. (A pointwise kernel walks the copy's own shape instead: its domain is the widest value it stores.)"""
+    if not domain.is_reduction or node.kind != "pointwise" or node.op != "copy" or len(node.inputs) != 1:
+        return None
+    view = graph[node.inputs[0]]
+    if view.kind != "view" or view.op != "permute":
+        return None
+    source = graph[view.inputs[0]].type.shape
+    if alignment(source, domain) != "full" or len(source) != len(domain.shape):
+        return None
+    source_map = value_map(source, domain, "full")
+    return tuple(source_map[int(d)] for d in view.param("dims"))
 
 
 def view_map(graph: Graph, node: Node, index_map: IndexMap) -> IndexMap:
@@ -134,7 +155,7 @@ def misread(graph: Graph, names: Sequence[str], outputs: Sequence[str], domain: 
     (Values loaded from memory are addressed through their strides at whatever map reaches them.)"""
     inside = set(names)
     seen: set[tuple[str, IndexMap]] = set()
-    work: list[tuple[str, IndexMap, str]] = [(o, store_map(graph[o], domain), o) for o in outputs]
+    work: list[tuple[str, IndexMap, str]] = [(o, store_map(graph[o], domain, graph), o) for o in outputs]
     for name in names:
         if graph[name].kind == "reduction":
             source = graph[graph[name].inputs[0]]
@@ -255,12 +276,12 @@ def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domai
         domain = Domain(tuple(widest.type.shape), ())
     for name in outputs:
         node = graph[name]
-        if alignment(node.type.shape, domain) is None:
+        if alignment(node.type.shape, domain) is None and permuted_store(graph, node, domain) is None:
             return (f"{node.name} ({node.type.text()}) would be written by a kernel that walks "
                     f"{tuple(domain.shape)}: one kernel writes values of one shape (or its reduced rows)")
     for node in nodes:
         if node.kind in ("pointwise", "reduction") and alignment(node.type.shape, domain) is None \
-                and not _feeds_index_views(node, set(names), graph):
+                and not _feeds_index_views(node, set(names), graph) and permuted_store(graph, node, domain) is None:
             return f"{node.name} ({node.type.text()}) does not line up with the kernel's shape {tuple(domain.shape)}"
     return misread(graph, names, outputs, domain) or domain
 
