@@ -141,6 +141,32 @@ def test_a_failed_compile_names_its_kernel(sm90: Path) -> None:
         compile_all([*launches, (broken, (torch.empty(64),), 64, 1)], "processes")
 
 
+def test_a_compile_that_never_ends_is_named_not_waited_for(sm90: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel Triton does not finish compiling (BERT's 48 sibling sums once did) raises CompileStalled naming it
+    once no kernel has finished for FUSIONLAB_COMPILE_STALL_S, its worker ended, instead of hanging the caller."""
+    import multiprocessing
+    import time
+
+    ex, inputs = gpt_like_program()
+    launches = recorded_launches(ex, *inputs)
+    stuck = launches[-1][0].name
+    original = compile_pool.compile_job
+
+    def slow(job: compile_pool.CompileJob) -> str:
+        if job.name == stuck:
+            time.sleep(120)
+        return original(job)
+
+    monkeypatch.setattr(compile_pool, "compile_job", slow)
+    monkeypatch.setenv("FUSIONLAB_COMPILE_STALL_S", "3")
+    start = time.perf_counter()
+    with pytest.raises(compile_pool.CompileStalled, match=f"none of {stuck} in 3 s"):
+        compile_all(launches, "processes")
+    assert time.perf_counter() - start < 60
+    time.sleep(0.5)
+    assert not multiprocessing.active_children()
+
+
 def test_without_fork_the_kernels_compile_in_threads(sm90: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compile_pool, "processes_available", lambda: False)
     ex, inputs = gpt_like_program()

@@ -60,3 +60,21 @@ def test_random_sibling_reductions_match_eager() -> None:
         for mine, theirs in zip(ex(*fresh), fn(*fresh)):
             torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5, msg=f"seed {seed}")
     assert merged >= 8, f"only {merged} of 10 programs merged their three sibling reductions"
+
+
+def test_at_most_four_sibling_reductions_share_a_kernel() -> None:
+    """Siblings merge pairwise and the merging repeats: twelve column sums over the same rows (a transformer's layer
+    norms' weight and bias gradients) would all become one kernel, which Triton's compiler does not finish at
+    BERT's size. A merged kernel holds at most `siblings.MAX_REDUCTIONS` of them, and every sum is right."""
+    from fusionlab.fusion.siblings import MAX_REDUCTIONS
+
+    def sums(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(t.sum(0) for t in tensors)
+
+    tensors = [torch.randn(32, 16) for _ in range(12)]
+    ex = fl.explore(sums, *tensors)
+    graph = ex.decomposed.graph
+    counts = [sum(1 for n in g.nodes if graph[n].kind == "reduction") for g in ex.fused.groups]
+    assert max(counts) == MAX_REDUCTIONS and sum(counts) == 12, counts
+    for got, want in zip(ex(*tensors), sums(*tensors), strict=True):
+        torch.testing.assert_close(got, want)

@@ -19,6 +19,12 @@ from typing import TYPE_CHECKING
 
 from fusionlab.fusion.domain import Domain, analyse, view_source
 
+# Reductions one merged kernel may hold. Merging is pairwise and repeats: BERT's backward has 24 layer norms whose
+# weight and bias gradients all sum over the same rows, and no bound merged their 48 sums into one kernel reading 480
+# MB through 682 arguments, which Triton's compiler did not finish in minutes on the H200 host (a training step
+# that never started). Four keeps one layer norm's pair, or two, together.
+MAX_REDUCTIONS = 4
+
 if TYPE_CHECKING:
     from fusionlab.fusion.fuse import _Partition
 
@@ -58,5 +64,7 @@ def _can_merge(partition: _Partition, first: str, second: str, forbidden: Set[tu
     if any(v in a for v in partition.external_inputs(second)) or any(v in b for v in partition.external_inputs(first)):
         return False  # one reads the other: a producer and its consumer, the main pass's business
     if partition.creates_cycle(first, second) or partition.creates_cycle(second, first):
+        return False
+    if sum(1 for n in a + b if graph[n].kind == "reduction") > MAX_REDUCTIONS:
         return False
     return analyse(graph, a + b, partition.stored(a + b)) == domain

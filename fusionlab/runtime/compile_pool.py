@@ -21,7 +21,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -34,8 +34,8 @@ from triton.compiler import ASTSource
 from triton.runtime.cache import triton_key
 from triton.runtime.driver import driver
 
-__all__ = ["CompileJob", "KernelCompileError", "WORKER_KINDS", "compile_all", "compile_job", "job_for",
-           "processes_available"]
+__all__ = ["CompileJob", "CompileStalled", "KernelCompileError", "WORKER_KINDS", "compile_all", "compile_job",
+           "job_for", "processes_available", "stall_seconds"]
 
 WORKER_KINDS = ("processes", "threads")
 
@@ -53,6 +53,17 @@ Launch = tuple[Any, tuple[Any, ...], int, int]  # (handle, kernel arguments, xnu
 
 class KernelCompileError(RuntimeError):
     """A kernel that Triton failed to compile in a worker; the message names the kernel and the error."""
+
+
+class CompileStalled(KernelCompileError):
+    """No kernel finished compiling for `stall_seconds()`: compiling the stuck ones at their first launch instead
+    would hang the caller, so this is raised, naming them."""
+
+
+def stall_seconds() -> float:
+    """How long the workers may go without finishing any kernel (FUSIONLAB_COMPILE_STALL_S, default 300 s; the
+    slowest kernel of the zoo compiled in 6.4 s on the H200 host)."""
+    return float(os.environ.get("FUSIONLAB_COMPILE_STALL_S", "300"))
 
 
 @dataclass(frozen=True)
@@ -227,6 +238,13 @@ def _compile_in_threads(unique: list[Launch], count: int) -> list[Any]:
     return kernels
 
 
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the workers now: the pool's own shutdown would wait for a compile that does not end."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _compile_in_processes(unique: list[Launch], jobs: list[CompileJob | None], count: int,
                           forked: Callable[[], None]) -> list[Any]:
     """Compile in forked workers; `forked` runs once every worker is forked (it may start threads: a fork copies
@@ -249,9 +267,20 @@ def _compile_in_processes(unique: list[Launch], jobs: list[CompileJob | None], c
                     waiting = dict(futures)
                     try:
                         # As each worker finishes, the parent loads that kernel from the cache while others compile.
-                        for future in as_completed(futures):
-                            future.result()
-                            kernels.append(_warm(waiting.pop(future)))
+                        while waiting:
+                            done, _ = wait(waiting, timeout=stall_seconds(), return_when=FIRST_COMPLETED)
+                            if not done:
+                                _stop(pool)
+                                names = ", ".join(launch[0].name for launch in waiting.values())
+                                raise CompileStalled(
+                                    f"Triton finished compiling none of {names} in {stall_seconds():.0f} s "
+                                    f"(FUSIONLAB_COMPILE_STALL_S). A kernel this slow to compile is a fusion too "
+                                    "large for Triton's compiler: please report it with the kernel's source (the "
+                                    "exploration's `generated`); leave that graph to eager or keep its ops apart "
+                                    "(explore(..., forbid=...)) meanwhile")
+                            for future in done:
+                                future.result()
+                                kernels.append(_warm(waiting.pop(future)))
                     except BrokenProcessPool:
                         names = ", ".join(launch[0].name for launch in waiting.values())
                         raise KernelCompileError(f"a compile worker died while compiling {names}") from None

@@ -22,7 +22,7 @@ import torch
 
 from fusionlab.codegen.preamble import KERNEL_PREAMBLE
 from fusionlab.codegen.program import Program
-from fusionlab.runtime.compile_pool import compile_all
+from fusionlab.runtime.compile_pool import CompileStalled, compile_all
 from fusionlab.runtime.interpreter import triton
 from fusionlab.runtime.launch import KernelHandle, current_cuda_device
 
@@ -114,6 +114,8 @@ class Runnable:
             return  # the autotuner compiles its candidates itself
         try:
             compile_in_parallel(self.record_launches(*tensors), self.compile_workers)
+        except CompileStalled:
+            raise  # compiling the stuck kernel at its first launch would hang the caller instead
         except Exception as error:  # noqa: BLE001 - an optimisation only: kernels then compile at first launch
             warnings.warn(f"compiling the kernels in parallel failed ({type(error).__name__}: {error}); they "
                           "compile one by one at their first launch instead", RuntimeWarning, stacklevel=2)
