@@ -23,7 +23,7 @@ HALF_DTYPES = (torch.float16, torch.bfloat16)
 # it with `original_scalar_value`); other ops convert the number to the tensor's dtype first, so that `h > 1.1` on
 # bfloat16 compares with 1.1015625 (checked against eager on CPU: add, sub, comparisons, fmod, remainder, pow).
 # floor_divide keeps it only as the divisor: `-0.7 // h` rounds -0.7 to h's dtype first.
-UNROUNDED_SCALAR_OPS = frozenset({"mul", "div", "floor_divide"})
+UNROUNDED_SCALAR_OPS = frozenset({"mul", "div", "div_rn", "floor_divide"})
 
 
 def literal(value: object, dtype: torch.dtype, op: str = "", position: int = 1) -> str:

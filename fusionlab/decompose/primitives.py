@@ -33,6 +33,9 @@ _TABLE: list[tuple[str, int, str]] = [
     ("sub", 2, "({0} - {1})"),
     ("mul", 2, "({0} * {1})"),
     ("div", 2, "({0} / {1})"),
+    # correctly rounded (IEEE) division: Triton's `/` of float32 is an approximate one (PTX div.full.f32, within 2
+    # ulp), which a truncation or a floor can turn into a different integer than eager's quotient gives
+    ("div_rn", 2, "tl.div_rn({0}, {1})"),
     ("neg", 1, "(-{0})"),
     ("abs", 1, "tl.abs({0})"),
     ("reciprocal", 1, "(1.0 / {0})"),

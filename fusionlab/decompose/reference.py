@@ -28,7 +28,8 @@ Operation = Callable[..., torch.Tensor]
 # One torch function per pointwise primitive (fusionlab.decompose.primitives.POINTWISE), with PyTorch's semantics
 # (floor_divide and remainder round towards negative infinity, as the integer templates do).
 POINTWISE_OPS: dict[str, Operation] = {
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "neg": torch.neg, "abs": torch.abs,
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "div_rn": torch.div, "neg": torch.neg,
+    "abs": torch.abs,
     "reciprocal": torch.reciprocal, "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1, "log": torch.log,
     "log2": torch.log2, "log10": torch.log10, "log1p": torch.log1p, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
     "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "asin": torch.asin, "acos": torch.acos,
