@@ -174,6 +174,43 @@ def test_a_batch_norm_backward_stores_its_gradient_channels_last_itself(channels
     torch._dynamo.reset()
 
 
+class _Residual(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                                  nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + x)
+
+
+def test_a_residual_networks_backward_keeps_every_activation_channels_last() -> None:
+    """Training in channels-last, no kernel of the backward stores an activation row-major: the residual's gradient,
+    read only by kernels (the next batch norm's backward) and convolutions, is stored NHWC too, and a kernel that
+    stores two gradients stores both NHWC (fusion.domain.permuted_store). Gradients and statistics as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), _Residual(8), _Residual(8),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    twin = __import__("copy").deepcopy(model)
+    x = torch.randn(3, 3, 6, 6)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
+    before = dynamo_backend.mark()
+    compiled(x).square().mean().backward()
+    twin(x).square().mean().backward()
+    for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4, msg=name)
+    for got, want in zip(model.buffers(), twin.buffers(), strict=True):
+        torch.testing.assert_close(got, want)
+    backward = next(g for g in dynamo_backend.since(before) if g.role == "backward").exploration
+    graph = backward.decomposed.graph
+    stored = [v for g in backward.fused.groups if g.kind in ("pointwise", "reduction") for v in g.outputs
+              if graph[v].kind != "view" and graph[v].type.rank == 4 and graph[v].type.shape[1] > 1
+              and graph[v].type.shape[2] > 1]
+    assert stored and all(v.endswith("_channels_last") for v in stored), stored
+    torch._dynamo.reset()
+
+
 def test_training_through_the_backend_in_channels_last() -> None:
     """A training step through torch.compile with conv_layout='channels_last': loss and every gradient as eager's."""
     torch.manual_seed(0)

@@ -419,12 +419,13 @@ class KernelWriter(IndexWriter):
     def _store(self, value: str, scope: _Scope) -> None:
         node = self.graph[value]
         level = alignment(node.type.shape, self.domain) or "full"
-        index_map = store_map(node, self.domain, self.graph)
+        permuted = self.plan.kind != "matmul" and permuted_store(self.graph, node, self.domain) is not None
+        index_map = store_map(node, self.domain, self.graph if permuted else None)
         expr = self.emit(value, index_map, scope)
         if node.type.dtype == torch.bfloat16:
             expr = f"_to_bfloat16({expr})"  # tl.store's own conversion truncates under Triton's interpreter
         pointer = self._argument(f"out_{value}", "output", value)
-        if permuted_store(self.graph, node, self.domain) is not None:  # its own shape, row-major, in its own order
+        if permuted:  # its own shape, row-major, in its own order (fusion.domain.permuted_store)
             level = "full"
             terms = []
             for position, dim in enumerate(index_map):

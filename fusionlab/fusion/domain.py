@@ -87,20 +87,26 @@ def store_map(node: Node, domain: Domain, graph: Graph | None = None) -> IndexMa
 
 
 def permuted_store(graph: Graph, node: Node, domain: Domain) -> IndexMap | None:
-    """The index map of `copy(permute(v, dims))` stored by a reduction kernel that computes `v` over its whole domain:
-    `v` written in another dimension order (a batch norm's gradient stored channels-last for the convolution that
-    reads it: decompose/layout.py), dimension j of the copy following v's dimension dims[j]. None for any other
-    value. (A pointwise kernel walks the copy's own shape instead: its domain is the widest value it stores.)"""
-    if not domain.is_reduction or node.kind != "pointwise" or node.op != "copy" or len(node.inputs) != 1:
+    """The index map of `copy(permute(v, dims))` stored by a kernel that computes `v` over its whole domain: `v`
+    written in another dimension order (a batch norm's gradient stored channels-last for the convolution that reads
+    it: decompose/layout.py), dimension j of the copy following v's dimension dims[j]. None for any other value, and
+    where `v` does not line up with the domain (a pointwise kernel storing only the copy walks the copy's shape)."""
+    if not _permuted_copy(graph, node):
         return None
     view = graph[node.inputs[0]]
-    if view.kind != "view" or view.op != "permute":
-        return None
     source = graph[view.inputs[0]].type.shape
     if alignment(source, domain) != "full" or len(source) != len(domain.shape):
         return None
     source_map = value_map(source, domain, "full")
     return tuple(source_map[int(d)] for d in view.param("dims"))
+
+
+def _permuted_copy(graph: Graph, node: Node) -> bool:
+    """`copy(permute(v))`: v stored in another dimension order."""
+    if node.kind != "pointwise" or node.op != "copy" or len(node.inputs) != 1:
+        return False
+    view = graph[node.inputs[0]]
+    return view.kind == "view" and view.op == "permute"
 
 
 def view_map(graph: Graph, node: Node, index_map: IndexMap) -> IndexMap:
@@ -146,7 +152,8 @@ def reads_own_row(reduction: Node, index_map: IndexMap, domain: Domain) -> bool:
                for size, entry, expected in zip(reduction.type.shape, index_map, own))
 
 
-def misread(graph: Graph, names: Sequence[str], outputs: Sequence[str], domain: Domain) -> str | None:
+def misread(graph: Graph, names: Sequence[str], outputs: Sequence[str], domain: Domain,
+            permuted: bool = True) -> str | None:
     """Why the kernel over `names` would index one of its values wrongly (None if it would not). Walks the index
     maps as codegen emits them: from each stored value and each reduction's source, through views, pointwise ops and
     concatenations. Each value the kernel computes must be read at a map of its own rank whose dimensions walk domain
@@ -155,7 +162,9 @@ def misread(graph: Graph, names: Sequence[str], outputs: Sequence[str], domain: 
     (Values loaded from memory are addressed through their strides at whatever map reaches them.)"""
     inside = set(names)
     seen: set[tuple[str, IndexMap]] = set()
-    work: list[tuple[str, IndexMap, str]] = [(o, store_map(graph[o], domain, graph), o) for o in outputs]
+    # (`permuted`: a `permuted_store` is stored at its permuted positions; a matmul's epilogue stores at its own)
+    work: list[tuple[str, IndexMap, str]] = [(o, store_map(graph[o], domain, graph if permuted else None), o)
+                                             for o in outputs]
     for name in names:
         if graph[name].kind == "reduction":
             source = graph[graph[name].inputs[0]]
@@ -271,7 +280,9 @@ def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domai
                         "one: one kernel walks one iteration space")
         domain = Domain(tuple(shape), axes)
     else:
-        stored = [graph[n] for n in outputs] or nodes
+        # (a value stored in another dimension order as well as others: the others' order is the domain's)
+        stored = [graph[n] for n in outputs if not _permuted_copy(graph, graph[n])] \
+            or [graph[n] for n in outputs] or nodes
         widest = max(stored, key=lambda n: (len(non_unit(n.type.shape)), str(n.type.numel)))
         domain = Domain(tuple(widest.type.shape), ())
     for name in outputs:
@@ -315,7 +326,7 @@ def _matmul_domain(graph: Graph, nodes: Sequence[Node], outputs: Sequence[str],
                 and not _feeds_index_views(node, group, graph):
             return (f"{node.name} ({node.type.text()}) does not line up with the matmul's output "
                     f"{tuple(domain.shape)}")
-    return misread(graph, list(names), outputs, domain) or domain
+    return misread(graph, list(names), outputs, domain, permuted=False) or domain
 
 
 def _feeds_index_views(node: Node, group: set[str], graph: Graph) -> bool:
