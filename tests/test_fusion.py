@@ -366,3 +366,34 @@ def test_a_stored_reshape_of_another_rank_is_stored_at_its_own_index() -> None:
     fresh = torch.randn(6)
     for got, expected in zip(ex(fresh), fn(fresh), strict=True):
         torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 4, 4, 4), (1, 1, 1, 1), (3, 1, 2, 1)], ids=str)
+def test_a_kernel_stores_a_value_and_its_permuted_copy(shape: tuple[int, ...]) -> None:
+    """`(y, y.permute(...).contiguous())`: one kernel stores y and the copy at its permuted positions
+    (`fusion.domain.permuted_store`), square or not; a permute that moves only size-1 dimensions is a plain store."""
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        y = torch.relu(x) * 2
+        return y, y.permute(0, 2, 3, 1).contiguous(), (y.sum((0, 2, 3), keepdim=True) * y).permute(3, 1, 0, 2) + 0
+    x = torch.randn(shape)
+    ex = fl.explore(fn, x)
+    fresh = torch.randn(shape)
+    for got, want in zip(ex(fresh), fn(fresh), strict=True):
+        torch.testing.assert_close(got, want)
+        assert [s for s, d in zip(got.stride(), got.shape) if d > 1] == \
+            [s for s, d in zip(want.stride(), want.shape) if d > 1]
+
+
+def test_a_write_through_a_transposed_view_of_a_one_element_input_through_the_backend() -> None:
+    """Fuzz seed 370384: a permuted store of a [1, 1] value (only size-1 dimensions move) crashed at its first call."""
+    def fn(c: torch.Tensor) -> torch.Tensor:
+        c.t().transpose(0, -1)[0].sub_(1)
+        return c.unsqueeze(2)
+
+    torch._dynamo.reset()
+    c, twin = torch.randn(1, 1, dtype=torch.float64), None
+    twin = c.clone()
+    got, want = torch.compile(fn, backend="fusionlab")(c), fn(twin)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(c, twin)
+    torch._dynamo.reset()

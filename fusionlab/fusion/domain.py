@@ -97,6 +97,9 @@ def permuted_store(graph: Graph, node: Node, domain: Domain) -> IndexMap | None:
     source = graph[view.inputs[0]].type.shape
     if alignment(source, domain) != "full" or len(source) != len(domain.shape):
         return None
+    moved = [int(d) for d in view.param("dims") if source[int(d)] != 1]
+    if moved == sorted(moved):
+        return None  # the elements' order is v's own (only size-1 dimensions move): a plain store
     source_map = value_map(source, domain, "full")
     return tuple(source_map[int(d)] for d in view.param("dims"))
 
