@@ -144,17 +144,10 @@ def test_grouped_convolutions_keep_their_layout() -> None:
     assert not [n for n in ex.decomposed.graph.nodes if n.op == "permute"]
 
 
-@pytest.mark.parametrize("channels, size", [(8, 6), (8, 8)], ids=["nchw", "square_c_h_w"])
-def test_a_batch_norm_backward_stores_its_gradient_channels_last_itself(channels: int, size: int) -> None:
-    """In a channels-last training step, the batch-norm backward's reduction kernel writes the gradient the next
-    convolution backward reads in NHWC order itself (`fusion.domain.permuted_store`): no kernel of its own copies it
-    there. Also when C, H and W are equal, where the NHWC shape is the NCHW one. Gradients as eager's."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
-                          nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 4))
+def _channels_last_training_step(model: nn.Module, x: torch.Tensor) -> fl.Exploration:
+    """One training step of `model` through the backend with conv_layout="channels_last", its gradients and batch
+    norm statistics checked against an eager twin's; returns the backward graph's exploration."""
     twin = __import__("copy").deepcopy(model)
-    x = torch.randn(3, 3, size, size)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
     before = dynamo_backend.mark()
@@ -164,7 +157,19 @@ def test_a_batch_norm_backward_stores_its_gradient_channels_last_itself(channels
         torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4, msg=name)
     for got, want in zip(model.buffers(), twin.buffers(), strict=True):
         torch.testing.assert_close(got, want)
-    backward = next(g for g in dynamo_backend.since(before) if g.role == "backward").exploration
+    return next(g for g in dynamo_backend.since(before) if g.role == "backward").exploration
+
+
+@pytest.mark.parametrize("channels, size", [(8, 6), (8, 8)], ids=["nchw", "square_c_h_w"])
+def test_a_batch_norm_backward_stores_its_gradient_channels_last_itself(channels: int, size: int) -> None:
+    """In a channels-last training step, the batch-norm backward's reduction kernel writes the gradient the next
+    convolution backward reads in NHWC order itself (`fusion.domain.permuted_store`): no kernel of its own copies it
+    there. Also when C, H and W are equal, where the NHWC shape is the NCHW one. Gradients as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                          nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 4))
+    backward = _channels_last_training_step(model, torch.randn(3, 3, size, size))
     graph = backward.decomposed.graph
     stored = [n for n in graph.nodes if n.name.endswith("_channels_last")]
     assert stored, "the convolution backward's gradient operand is stored channels-last by a kernel"
@@ -191,18 +196,7 @@ def test_a_residual_networks_backward_keeps_every_activation_channels_last() -> 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), _Residual(8), _Residual(8),
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
-    twin = __import__("copy").deepcopy(model)
-    x = torch.randn(3, 3, 6, 6)
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
-    before = dynamo_backend.mark()
-    compiled(x).square().mean().backward()
-    twin(x).square().mean().backward()
-    for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4, msg=name)
-    for got, want in zip(model.buffers(), twin.buffers(), strict=True):
-        torch.testing.assert_close(got, want)
-    backward = next(g for g in dynamo_backend.since(before) if g.role == "backward").exploration
+    backward = _channels_last_training_step(model, torch.randn(3, 3, 6, 6))
     graph = backward.decomposed.graph
     stored = [v for g in backward.fused.groups if g.kind in ("pointwise", "reduction") for v in g.outputs
               if graph[v].kind != "view" and graph[v].type.rank == 4 and graph[v].type.shape[1] > 1
