@@ -234,6 +234,47 @@ def test_half_precision_divisions_match_eager_on_many_values(dtype: torch.dtype,
                 assert compare(want, got).ok and int((got != want).sum()) <= 4, int((got != want).sum())
 
 
+def _mixed_divisions(device: str) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    torch.manual_seed(0)
+    xb, yb = (torch.randn(4096) * 8).bfloat16(), (torch.rand(4096) * 0.9 + 0.1).bfloat16()
+    xf, yf = torch.randn(4096) * 8, torch.rand(4096) * 0.9 + 0.1
+    pairs = {"int64/bf16": ((torch.randn(4096) * 50).long(), yb), "bf16/0-d f32": (xb, torch.tensor(0.3)),
+             "bf16/0-d f32 (0.1)": (xb, torch.tensor(0.1)), "0-d f64/f32": (torch.tensor(5.3).double(), yf),
+             "f32/0-d f64": (xf, torch.tensor(0.3).double()), "f64/f32": (xf.double(), yf), "bf16/f32": (xb, yf)}
+    return {name: (a.to(device), b.to(device)) for name, (a, b) in pairs.items()}
+
+
+def test_truncating_division_of_mixed_dtypes_matches_eager(device: str) -> None:
+    """Operands of other dtypes than the result's are converted to it first, as eager's TensorIterator does (an int64
+    or a 0-d float32 operand beside bfloat16 is rounded to bfloat16); a 0-d float64 beside float32 divides in
+    float32 (it crashed: `div_rn` takes float32 only). Exactly eager's, every value."""
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.div(a, b, rounding_mode="trunc")
+
+    for name, (a, b) in _mixed_divisions(device).items():
+        got, want = fl.explore(fn, a, b)(a, b), fn(a, b)
+        assert got.dtype == want.dtype and torch.equal(got, want), (name, int((got != want).sum()))
+
+
+def test_truncating_division_follows_the_cuda_rule_on_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA rule run under the interpreter against aten's CUDA kernel written out (operands in the result's
+    dtype, a half quotient rounded to it, then truncated): the GPU checks the same through the test above."""
+    from fusionlab.decompose.rules import pointwise
+
+    monkeypatch.setattr(pointwise, "_on_cpu", lambda b: False)
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.div(a, b, rounding_mode="trunc")
+
+    for name, (a, b) in _mixed_divisions("cpu").items():
+        kind = torch.result_type(a, b)
+        quotient = a.to(kind).double() / b.to(kind).double() if kind == torch.float64 else \
+            a.to(kind).float() / b.to(kind).float()
+        want = torch.trunc(quotient.to(kind).float() if kind in (torch.bfloat16, torch.float16) else quotient).to(kind)
+        got = fl.explore(fn, a, b)(a, b)
+        assert torch.equal(got, want), (name, int((got != want).sum()))
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: (x * 2, x * 2),
     lambda x: (x * 2, (x * 2)[1:]),

@@ -276,8 +276,9 @@ def _compile_in_processes(unique: list[Launch], jobs: list[CompileJob | None], c
                                     f"Triton finished compiling none of {names} in {stall_seconds():.0f} s "
                                     f"(FUSIONLAB_COMPILE_STALL_S). A kernel this slow to compile is a fusion too "
                                     "large for Triton's compiler: please report it with the kernel's source (the "
-                                    "exploration's `generated`); leave that graph to eager or keep its ops apart "
-                                    "(explore(..., forbid=...)) meanwhile")
+                                    "exploration's `generated`). Meanwhile keep its ops apart "
+                                    "(`ex.with_fusion(forbid=[(producer, consumer)])`, names from "
+                                    "`ex.fused.decisions`), or run that function eagerly")
                             for future in done:
                                 future.result()
                                 kernels.append(_warm(waiting.pop(future)))

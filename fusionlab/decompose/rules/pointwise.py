@@ -72,33 +72,38 @@ def _div(b: Builder, x: Any, y: Any, rounding_mode: str | None = None) -> Ref:
 
 
 def _trunc_divide(b: Builder, x: Any, y: Any) -> Ref:
-    """`torch.div(x, y, rounding_mode="trunc")` of floats as eager's kernels compute it: the quotient correctly
-    rounded (`div_rn`: Triton's float32 `/` is not). By a tensor, the quotient in the operands' dtype (on CUDA a
-    half-precision one rounded to it), then truncated. By a divisor eager takes as a scalar (a
-    Python number; on a CPU also a one-element tensor), in float32 for half precision (the accumulate type), then
-    truncated and rounded once: on a CPU the quotient, on CUDA `x * (1 / y)`, its kernel's reciprocal."""
+    """`torch.div(x, y, rounding_mode="trunc")` of floats as eager's kernels compute it. The operands in the
+    result's dtype first (eager's TensorIterator converts them: an int64 or a 0-d float32 operand beside bfloat16 is
+    rounded to bfloat16), then widened; the quotient correctly rounded (`div_rn`: Triton's float32 `/` is not). By a
+    tensor, the quotient in the result's dtype (a half one rounded to it: aten divides two half scalars), then
+    truncated. By a divisor eager takes as a scalar (a Python number; on a CPU also a one-element tensor), in float32
+    for half precision (the accumulate type), then truncated and rounded once: on a CPU the quotient, on CUDA
+    `x * (1 / y)`, its kernel's reciprocal."""
     result = b.expected.dtype
+    if result == torch.float64:  # (float64's `/` is correctly rounded)
+        return b.pointwise("trunc", b.pointwise("div", x, y))
     cpu = _on_cpu(b)
     scalar = not isinstance(y, Ref) or (cpu and _one_element(b, y))
-    half = result in (torch.float16, torch.bfloat16)
-    accumulate = torch.float64 if result == torch.float64 else torch.float32
-    if not scalar:  # (a number as the dividend is in the tensor's dtype, as eager converts it)
-        x = x if isinstance(x, Ref) or not half else float(torch.tensor(x, dtype=result))
-        divide = "div_rn" if result != torch.float64 else "div"  # (float64's `/` is correctly rounded)
-        if cpu or not half:  # (a CPU's vectorised kernel truncates the float32 quotient)
-            return b.pointwise("trunc", b.pointwise(divide, x, y))
-        # CUDA's divides two half-precision scalars: the quotient is rounded to their dtype before the truncation
-        operands = [b.cast(v, accumulate) if isinstance(v, Ref) else v for v in (x, y)]
-        return b.pointwise("trunc", b.cast(b.pointwise(divide, *operands), result))
-    # the dividend in the result's dtype first, as eager's operands are, then widened
-    x = b.cast(b.cast(x, result), accumulate) if isinstance(x, Ref) else float(torch.tensor(x, dtype=result))
-    if cpu or isinstance(y, Ref):
-        quotient = b.pointwise("div_rn" if accumulate == torch.float32 else "div", x,
-                               b.cast(y, accumulate) if isinstance(y, Ref) else y)
+    x = _operand_in(b, x, result)
+    if scalar and not cpu and not isinstance(y, Ref):
+        inverse = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(y, dtype=torch.float32)
+        return b.pointwise("trunc", b.pointwise("mul", x, float(inverse)), dtype=result)
+    if scalar:  # (a CPU reads a one-element divisor at its own precision: TensorIterator's original scalar value)
+        y = b.cast(y, torch.float32) if isinstance(y, Ref) else y
     else:
-        inverse = torch.tensor(1.0, dtype=accumulate) / torch.tensor(y, dtype=accumulate)
-        quotient = b.pointwise("mul", x, float(inverse))
+        y = _operand_in(b, y, result)
+    quotient = b.pointwise("div_rn", x, y)
+    if not scalar and result in (torch.float16, torch.bfloat16):
+        quotient = b.cast(quotient, result)
     return b.pointwise("trunc", quotient, dtype=result)
+
+
+def _operand_in(b: Builder, value: Any, dtype: torch.dtype) -> Any:
+    """An operand of a truncating division as eager's kernel reads it: converted to the result's `dtype` (a half
+    one rounded), then float32; a number rounded to `dtype`."""
+    if isinstance(value, Ref):
+        return b.cast(b.cast(value, dtype), torch.float32)
+    return float(torch.tensor(value, dtype=dtype))
 
 
 def _one_element(b: Builder, value: Ref) -> bool:
