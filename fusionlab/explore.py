@@ -27,7 +27,7 @@ from fusionlab.decompose.layout import check_layout
 from fusionlab.eager_grad import needs_grad, run_with_grad
 from fusionlab.fusion.policy import Policy, resolve_policy
 from fusionlab.localise import Programs
-from fusionlab.runtime.cudagraphs import CudaGraphs, copy_all, cudagraph_mode, refuse_cpu
+from fusionlab.runtime.cudagraphs import CudaGraphs, cudagraph_mode, refuse_cpu, write_inputs
 from fusionlab.stages import Captured, Compiled, Decomposed, Fused, Generated, capture
 from fusionlab.verify import VerifyReport, verify_call
 
@@ -199,9 +199,8 @@ class Exploration:
                 outputs = tuple(self.graphed(*tensors))
             else:
                 outputs = tuple(self.compiled(*tensors))
-                if result.mutations:  # one copy launch per dtype (a model's batch norms: hundreds of statistics)
-                    copy_all([tensors[m.input_index] for m in result.mutations],
-                             [outputs[m.output_index] for m in result.mutations])
+                # one copy launch per dtype (a model's batch norms: hundreds of statistics)
+                write_inputs(tensors, outputs, ((m.input_index, m.output_index) for m in result.mutations))
         return outputs[: result.user_outputs] if result.mutations else outputs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

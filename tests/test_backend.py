@@ -91,3 +91,32 @@ def test_forget_drops_the_kept_graphs() -> None:
     torch._dynamo.reset()
     torch.compile(lambda t: t.relu() * 3, backend=fl.backend)(torch.randn(8))
     assert len(dynamo_backend.since(before)) == 1
+
+
+def test_batch_norm_statistics_are_written_by_fusionlab_and_parameters_marked_static() -> None:
+    """In training, AOTAutograd keeps a batch norm's running-statistics updates in the forward graph
+    (keep_inference_input_mutations): fusionlab writes them (one copy launch per dtype), not AOTAutograd's epilogue,
+    so none is handed back as an output; the positions CUDA graphs read in place are the parameters' and buffers'
+    (Dynamo's static inputs), not the batch's. Statistics and gradients as eager's twin's over three steps."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Tanh())
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab")
+    before = dynamo_backend.mark()
+    for _ in range(3):
+        x = torch.randn(5, 6)
+        for module in (model, twin):
+            module.zero_grad()
+        compiled(x).sum().backward()
+        twin(x).sum().backward()
+        for got, want in zip(model.buffers(), twin.buffers(), strict=True):
+            torch.testing.assert_close(got, want)
+        for got, want in zip(model.parameters(), twin.parameters(), strict=True):
+            torch.testing.assert_close(got.grad, want.grad)
+    forward = next(g for g in dynamo_backend.since(before) if g.role == "forward")
+    ex = forward.exploration
+    assert forward.input_updates == () and len(ex.captured.result.mutations) == 3  # mean, var, count
+    shapes = [tuple(n.meta["val"].shape) for n in forward.graph_module.graph.nodes if n.op == "placeholder"]
+    assert sorted(ex.static_inputs) == [i for i, shape in enumerate(shapes) if shape != (5, 6)], shapes
+    torch._dynamo.reset()

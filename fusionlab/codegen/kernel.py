@@ -419,32 +419,33 @@ class KernelWriter(IndexWriter):
     def _store(self, value: str, scope: _Scope) -> None:
         node = self.graph[value]
         level = alignment(node.type.shape, self.domain) or "full"
-        permuted = self.plan.kind != "matmul" and permuted_store(self.graph, node, self.domain) is not None
-        index_map = store_map(node, self.domain, self.graph if permuted else None)
+        # (a value stored in another dimension order: fusion.domain.permuted_store; a matmul's epilogue never is)
+        permuted = permuted_store(self.graph, node, self.domain) if self.plan.kind != "matmul" else None
+        index_map = permuted or store_map(node, self.domain)
         expr = self.emit(value, index_map, scope)
         if node.type.dtype == torch.bfloat16:
             expr = f"_to_bfloat16({expr})"  # tl.store's own conversion truncates under Triton's interpreter
         pointer = self._argument(f"out_{value}", "output", value)
-        if permuted:  # its own shape, row-major, in its own order (fusion.domain.permuted_store)
+        if permuted:  # its own shape, row-major, in its own order
             level = "full"
-            terms = []
-            for position, dim in enumerate(index_map):
-                later = [self._size(d) for d in index_map[position + 1:] if d is not None]
-                if dim is not None:
-                    terms.append(f"{self.dim_expr(dim)}" + (f" * {' * '.join(later)}" if later else ""))
-            offset = " + ".join(terms) or "0"
+            offset = self._row_major_offset(permuted)
         elif level == "row":
             offset = "xindex"
         elif self.plan.reduction and not self.plan.trailing_axes:
-            terms = []
-            for dim in range(len(self.domain.shape)):
-                later = [self._size(d) for d in range(dim + 1, len(self.domain.shape))]
-                terms.append(f"{self.dim_expr(dim)}" + (f" * {' * '.join(later)}" if later else ""))
-            offset = " + ".join(terms)
+            offset = self._row_major_offset(tuple(range(len(self.domain.shape))))
         else:
             offset = "xindex * rnumel + rindex" if self.plan.two_d else "xindex"
         mask = "xmask" if level == "row" else ("mask" if self.plan.two_d else "xmask")
         scope.lines.append(f"{scope.indent}tl.store({pointer} + {offset}, {expr}, mask={mask})")
+
+    def _row_major_offset(self, dims: IndexMap) -> str:
+        """The offset of a dense row-major value whose dimensions walk the domain's `dims` (None: size 1)."""
+        terms = []
+        for position, dim in enumerate(dims):
+            later = [self._size(d) for d in dims[position + 1:] if d is not None]
+            if dim is not None:
+                terms.append(f"{self.dim_expr(dim)}" + (f" * {' * '.join(later)}" if later else ""))
+        return " + ".join(terms) or "0"
 
     def write(self) -> KernelSource:
         outputs = list(self.group.outputs)

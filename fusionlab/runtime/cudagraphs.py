@@ -22,7 +22,8 @@ launch on the H200 host for BERT) is paid once, at capture. What that needs, and
 - inputs the function writes (`writes`: the new value of input i is output j, as a batch norm's running statistics
   are): written into an input read in place (a parameter, a buffer, a static position) by the graph itself, at the end
   of each replay, as eager's in-place update; into a copied input, after the replay (one `torch._foreach_copy_` per
-  dtype for all of them). Those outputs are handed out uncopied, like the saved activations below.
+  dtype for all of them), their version counters bumped as an in-place op's are. Those outputs are handed out
+  uncopied, like the saved activations below.
 - a training step's saved activations (`kept_from`: the forward graph's outputs from that position on, which only its
   backward graph reads): copying them out and back in on every step cost ResNet-50 8 ms of a 25 ms step on an H200.
   They are handed out as the graph's memory instead, and the backward graph reads them where they lie. Safe without
@@ -47,7 +48,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["CUDAGRAPH_MODES", "CudaGraphs", "CudaGraphsError", "copy_all", "cudagraph_mode", "lasting", "refuse_cpu"]
+__all__ = ["CUDAGRAPH_MODES", "CudaGraphs", "CudaGraphsError", "copy_all", "cudagraph_mode", "lasting", "refuse_cpu",
+           "write_inputs"]
 
 # Memory that stays put between calls, by data address: parameters a graph read in place, outputs returned
 # uncloned, and a forward's saved activations. Another graph reads an input found here in place too (a backward
@@ -117,6 +119,7 @@ class _Graph:
     cloned: tuple[int, ...] = ()  # the outputs copied out of the graph's memory on every call
     kept: tuple[_Storage, ...] = ()  # the graph memory the other outputs are handed out on (`kept_from`, `handed`)
     host_writes: tuple[tuple[int, int], ...] = ()  # (input, output) written after each replay (a copied input)
+    graph_writes: tuple[int, ...] = ()  # inputs read in place that the replay writes (their versions are bumped)
 
 
 def copy_all(destinations: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
@@ -129,6 +132,15 @@ def copy_all(destinations: Sequence[torch.Tensor], sources: Sequence[torch.Tenso
         pair[1].append(source)
     for group_destinations, group_sources in groups.values():
         torch._foreach_copy_(group_destinations, group_sources)
+
+
+def write_inputs(inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
+                 writes: Iterable[tuple[int, int]]) -> None:
+    """Each (input, output) pair of `writes`: the output's value copied into the input (a function's in-place
+    update of its input, computed as a new value), one launch per dtype."""
+    pairs = list(writes)
+    if pairs:
+        copy_all([inputs[i] for i, _ in pairs], [outputs[j] for _, j in pairs])
 
 
 class _Storage:
@@ -216,8 +228,9 @@ class CudaGraphs:
             copy_all([entry.inputs[i] for i in entry.copied], [tensors[i] for i in entry.copied])
         entry.graph.replay()
         self.replays += 1
-        if entry.host_writes:
-            copy_all([tensors[i] for i, _ in entry.host_writes], [entry.outputs[j] for _, j in entry.host_writes])
+        write_inputs(tensors, entry.outputs, entry.host_writes)
+        for position in entry.graph_writes:  # as an in-place op would: autograd refuses a stale saved value
+            torch.autograd.graph.increment_version(tensors[position])
         if not self.clone_outputs:
             for output in entry.outputs:
                 torch.autograd.graph.increment_version(output)
@@ -239,8 +252,7 @@ class CudaGraphs:
         """Run without the graph, on fresh memory (and write the mutated inputs, as a replay would)."""
         self.bypassed += 1
         outputs = tuple(self.function(*tensors))
-        if self.writes:
-            copy_all([tensors[i] for i, _ in self.writes], [outputs[j] for _, j in self.writes])
+        write_inputs(tensors, outputs, self.writes)
         return outputs
 
     def _made_by_a_bypass(self, tensors: Sequence[Any]) -> bool:
@@ -341,8 +353,7 @@ class CudaGraphs:
             try:
                 with torch.cuda.graph(graph, pool=self._pool):
                     outputs = tuple(self.function(*inputs))
-                    if captured:
-                        copy_all([inputs[i] for i, _ in captured], [outputs[j] for _, j in captured])
+                    write_inputs(inputs, outputs, captured)
             except RuntimeError as error:
                 raise CudaGraphsError(
                     f"cudagraphs=True: capturing {self.name} failed ({str(error).splitlines()[0][:200]}). An op "
@@ -371,7 +382,7 @@ class CudaGraphs:
         buffers = [value if position in copied or position in self.static or isinstance(value, torch.nn.Parameter)
                    else None for position, value in enumerate(inputs)]
         entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs, cloned, kept,
-                       tuple((i, j) for i, j in self.writes if i not in read))
+                       tuple((i, j) for i, j in self.writes if i not in read), tuple(i for i, _ in captured))
         held.append(entry)
         self.captures += 1
         return entry
