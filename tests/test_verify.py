@@ -240,7 +240,9 @@ def _mixed_divisions(device: str) -> dict[str, tuple[torch.Tensor, torch.Tensor]
     xf, yf = torch.randn(4096) * 8, torch.rand(4096) * 0.9 + 0.1
     pairs = {"int64/bf16": ((torch.randn(4096) * 50).long(), yb), "bf16/0-d f32": (xb, torch.tensor(0.3)),
              "bf16/0-d f32 (0.1)": (xb, torch.tensor(0.1)), "0-d f64/f32": (torch.tensor(5.3).double(), yf),
-             "f32/0-d f64": (xf, torch.tensor(0.3).double()), "f64/f32": (xf.double(), yf), "bf16/f32": (xb, yf)}
+             "f32/0-d f64": (xf, torch.tensor(0.3).double()), "f64/f32": (xf.double(), yf), "bf16/f32": (xb, yf),
+             "bf16/expanded int64": (torch.full((4096,), 512.0).bfloat16(), torch.tensor([257]).expand(4096)),
+             "bf16/expanded bf16": (xb, yb[:1].expand(4096))}
     return {name: (a.to(device), b.to(device)) for name, (a, b) in pairs.items()}
 
 
@@ -254,6 +256,18 @@ def test_truncating_division_of_mixed_dtypes_matches_eager(device: str) -> None:
     for name, (a, b) in _mixed_divisions(device).items():
         got, want = fl.explore(fn, a, b)(a, b), fn(a, b)
         assert got.dtype == want.dtype and torch.equal(got, want), (name, int((got != want).sum()))
+    # a divisor eager takes as a scalar or not by its strides as traced (TensorIterator's is_scalar): views of an
+    # expanded one; and a number, for each floating dtype
+    a = _mixed_divisions(device)["bf16/f32"][0]
+    b = (torch.rand(64) + 0.1).bfloat16().to(device)
+    for view in (lambda a, b: torch.div(a, b[:1].expand(8192)[::2], rounding_mode="trunc"),
+                 lambda a, b: torch.div(a, b[:1].expand(3, 4096)[0], rounding_mode="trunc"),
+                 lambda a, b: torch.div(a, b[:1].reshape(1, 1).expand(4096, 1).t(), rounding_mode="trunc"),
+                 lambda a, b: torch.div(a, 0.1, rounding_mode="trunc"),
+                 lambda a, b: torch.div(a.double(), 0.1, rounding_mode="trunc"),
+                 lambda a, b: torch.div(a.float(), 0.1, rounding_mode="trunc")):
+        got, want = fl.explore(view, a, b)(a, b), view(a, b)
+        assert torch.equal(got, want), int((got != want).sum())
 
 
 def test_truncating_division_follows_the_cuda_rule_on_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -266,7 +280,16 @@ def test_truncating_division_follows_the_cuda_rule_on_a_cpu(monkeypatch: pytest.
     def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.div(a, b, rounding_mode="trunc")
 
-    for name, (a, b) in _mixed_divisions("cpu").items():
+    tenths = torch.cat([torch.tensor([0.7, 0.3, 1.1, 2.3, -0.7]), torch.randn(4091) * 8]).double()  # 0.7 / 0.1: 6
+    cases = {**_mixed_divisions("cpu"), "f64/0.1": (tenths, 0.1),
+             "bf16/0.1": (_mixed_divisions("cpu")["bf16/f32"][0], 0.1)}
+    for name, (a, b) in cases.items():
+        if not isinstance(b, torch.Tensor):  # a number: aten's CUDA kernel multiplies by its reciprocal
+            accumulate = torch.float64 if a.dtype == torch.float64 else torch.float32
+            want = torch.trunc(a.to(accumulate) * (1 / torch.tensor(b, dtype=accumulate))).to(a.dtype)
+            got = fl.explore(lambda x, y=b: fn(x, y), a)(a)
+            assert torch.equal(got, want), (name, int((got != want).sum()))
+            continue
         kind = torch.result_type(a, b)
         quotient = a.to(kind).double() / b.to(kind).double() if kind == torch.float64 else \
             a.to(kind).float() / b.to(kind).float()

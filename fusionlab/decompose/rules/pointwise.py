@@ -7,6 +7,7 @@ the fused multiply-adds, each built from pointwise primitives.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -73,37 +74,58 @@ def _div(b: Builder, x: Any, y: Any, rounding_mode: str | None = None) -> Ref:
 
 def _trunc_divide(b: Builder, x: Any, y: Any) -> Ref:
     """`torch.div(x, y, rounding_mode="trunc")` of floats as eager's kernels compute it. The operands in the
-    result's dtype first (eager's TensorIterator converts them: an int64 or a 0-d float32 operand beside bfloat16 is
-    rounded to bfloat16), then widened; the quotient correctly rounded (`div_rn`: Triton's float32 `/` is not). By a
-    tensor, the quotient in the result's dtype (a half one rounded to it: aten divides two half scalars), then
-    truncated. By a divisor eager takes as a scalar (a Python number; on a CPU also a one-element tensor), in float32
-    for half precision (the accumulate type), then truncated and rounded once: on a CPU the quotient, on CUDA
-    `x * (1 / y)`, its kernel's reciprocal."""
+    result's dtype first (eager's TensorIterator converts them: an int64 dividend or divisor beside bfloat16 is rounded
+    to bfloat16), then widened; the quotient correctly rounded (`div_rn`: Triton's float32 `/` is not). By a tensor,
+    the quotient in the result's dtype (a half one rounded to it: aten divides two half scalars), then truncated. By a
+    divisor eager takes as a scalar, in the accumulate type (float32 for half precision), then truncated and rounded
+    once: on CUDA a Python number, as `x * (1 / y)` (its kernel's reciprocal); on a CPU, for half precision, a number
+    or a divisor TensorIterator finds to be one (`_cpu_scalar`), read at its own precision."""
     result = b.expected.dtype
-    if result == torch.float64:  # (float64's `/` is correctly rounded)
-        return b.pointwise("trunc", b.pointwise("div", x, y))
+    accumulate = torch.float64 if result == torch.float64 else torch.float32
     cpu = _on_cpu(b)
-    scalar = not isinstance(y, Ref) or (cpu and _one_element(b, y))
-    x = _operand_in(b, x, result)
-    if scalar and not cpu and not isinstance(y, Ref):
-        inverse = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(y, dtype=torch.float32)
+    x = _operand_in(b, x, result, accumulate)
+    if not cpu and not isinstance(y, Ref):
+        inverse = torch.tensor(1.0, dtype=accumulate) / torch.tensor(y, dtype=accumulate)
         return b.pointwise("trunc", b.pointwise("mul", x, float(inverse)), dtype=result)
-    if scalar:  # (a CPU reads a one-element divisor at its own precision: TensorIterator's original scalar value)
-        y = b.cast(y, torch.float32) if isinstance(y, Ref) else y
+    half = result in (torch.float16, torch.bfloat16)
+    scalar = half and cpu and (not isinstance(y, Ref) or _cpu_scalar(b, y))
+    if scalar:  # (TensorIterator's original scalar value: the divisor at its own precision)
+        y = b.cast(y, accumulate) if isinstance(y, Ref) else y
     else:
-        y = _operand_in(b, y, result)
-    quotient = b.pointwise("div_rn", x, y)
-    if not scalar and result in (torch.float16, torch.bfloat16):
+        y = _operand_in(b, y, result, accumulate)
+    quotient = b.pointwise("div_rn" if accumulate == torch.float32 else "div", x, y)  # (float64's `/` is exact)
+    if half and not scalar:
         quotient = b.cast(quotient, result)
     return b.pointwise("trunc", quotient, dtype=result)
 
 
-def _operand_in(b: Builder, value: Any, dtype: torch.dtype) -> Any:
+def _operand_in(b: Builder, value: Any, dtype: torch.dtype, accumulate: torch.dtype) -> Any:
     """An operand of a truncating division as eager's kernel reads it: converted to the result's `dtype` (a half
-    one rounded), then float32; a number rounded to `dtype`."""
+    one rounded), then to `accumulate`; a number rounded to `dtype`."""
     if isinstance(value, Ref):
-        return b.cast(b.cast(value, dtype), torch.float32)
+        return b.cast(b.cast(value, dtype), accumulate)
     return float(torch.tensor(value, dtype=dtype))
+
+
+def _cpu_scalar(b: Builder, value: Ref) -> bool:
+    """Whether eager's CPU kernel takes the divisor as a scalar (TensorIterator's `is_scalar`): as the trace saw it
+    (eager's strides), stride 0 along every dimension of the result wider than 1, after its conversion to the
+    result's dtype, which makes a dense copy of anything but a single element (an expanded int64 divisor beside
+    bfloat16 is no scalar). Read from the IR where the trace has no concrete value."""
+    node = b.node
+    arg = node.args[1] if node is not None and len(node.args) > 1 else None
+    divisor = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    out = node.meta.get("val") if node is not None else None
+    if not isinstance(divisor, torch.Tensor) or not isinstance(out, torch.Tensor) or any(
+            not isinstance(d, int) for d in (*divisor.shape, *divisor.stride(), *out.shape)):
+        return _one_element(b, value)
+    if math.prod(divisor.shape) == 1:
+        return True
+    if divisor.dtype != out.dtype:
+        return False
+    offset = len(out.shape) - len(divisor.shape)
+    return all(size == 1 or stride == 0 or out.shape[offset + i] == 1
+               for i, (size, stride) in enumerate(zip(divisor.shape, divisor.stride(), strict=True)))
 
 
 def _one_element(b: Builder, value: Ref) -> bool:
