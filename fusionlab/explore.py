@@ -162,9 +162,13 @@ class Exploration:
         """The compiled program replayed from CUDA graphs (with `cudagraphs=`; fusionlab.runtime.cudagraphs)."""
         static = {i for i, spec in enumerate(self.captured.inputs) if spec.kind != "input"} | set(self.static_inputs)
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
-        writes = [(m.input_index, m.output_index) for m in self.captured.result.mutations]
         return CudaGraphs(self.compiled, static=static, clone_outputs=self.cudagraphs != "overwrite", name=name,
-                          kept_from=self.saved_outputs_from, handed=self.input_updates, writes=writes)
+                          kept_from=self.saved_outputs_from, handed=self.input_updates, writes=self._writes)
+
+    @functools.cached_property
+    def _writes(self) -> tuple[tuple[int, int], ...]:
+        """(input, output) per value the function writes into an input: the output holds its new value."""
+        return tuple((m.input_index, m.output_index) for m in self.captured.result.mutations)
 
     @functools.cached_property
     def _flat_output(self) -> bool:
@@ -200,7 +204,7 @@ class Exploration:
             else:
                 outputs = tuple(self.compiled(*tensors))
                 # one copy launch per dtype (a model's batch norms: hundreds of statistics)
-                write_inputs(tensors, outputs, ((m.input_index, m.output_index) for m in result.mutations))
+                write_inputs(tensors, outputs, self._writes)
         return outputs[: result.user_outputs] if result.mutations else outputs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
