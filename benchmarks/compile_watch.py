@@ -3,7 +3,11 @@ every kernel compile the compile pool's workers run logged to OUT/compiles.log (
 and each kernel's Triton source, signature, constants and options written to OUT/NAME.json before it compiles. Run it
 under `timeout`: the kernels started and never ended are the ones to read.
 
-    timeout -s INT 150 python benchmarks/compile_watch.py OUT [MODEL] [inference|training]   # bert training
+    timeout -s INT 150 python benchmarks/compile_watch.py OUT [MODEL] [inference|training] [LAYOUT]   # bert training
+
+LAYOUT is the backend's `conv_layout` (default "auto"). Where the time goes outside the compiles, run it under
+`timeout -s ABRT N python -X faulthandler ...`: every thread's stack is printed when the time is up. After the first
+step, three more are timed (a hang inside a kernel shows there).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ def main() -> None:
     out = Path(sys.argv[1])
     name = sys.argv[2] if len(sys.argv) > 2 else "bert"
     train = (sys.argv[3] if len(sys.argv) > 3 else "training") == "training"
+    layout = sys.argv[4] if len(sys.argv) > 4 else "auto"
     out.mkdir(parents=True, exist_ok=True)
     log = out / "compiles.log"
     original = compile_pool.compile_job
@@ -47,11 +52,18 @@ def main() -> None:
     compile_pool.compile_job = watched  # type: ignore[assignment]
     model, inputs = models.build(name, "gpu", device=torch.device("cuda"), dtype=torch.bfloat16, train=train)
     torch._dynamo.reset()
-    step = model_step(model, torch.compile(model, backend="fusionlab"), inputs, train)
+    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": layout})
+    step = model_step(model, compiled, inputs, train)
     start = time.perf_counter()
     step()
     torch.cuda.synchronize()
-    print(f"{name} {'training' if train else 'inference'}: first step {time.perf_counter() - start:.1f} s")
+    mode = "training" if train else "inference"
+    print(f"{name} {mode}, conv_layout={layout!r}: first step {time.perf_counter() - start:.1f} s", flush=True)
+    for _ in range(3):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        print(f"  next step {1e3 * (time.perf_counter() - start):.2f} ms", flush=True)
 
 
 if __name__ == "__main__":
