@@ -199,9 +199,10 @@ def test_a_residual_networks_backward_keeps_every_activation_channels_last() -> 
     backward = _channels_last_training_step(model, torch.randn(3, 3, 6, 6))
     graph = backward.decomposed.graph
     stored = [v for g in backward.fused.groups if g.kind in ("pointwise", "reduction") for v in g.outputs
-              if graph[v].kind != "view" and graph[v].type.rank == 4 and graph[v].type.shape[1] > 1
-              and graph[v].type.shape[2] > 1]
-    assert stored and all(v.endswith("_channels_last") for v in stored), stored
+              if graph[v].type.rank == 4 and graph[v].type.shape[1] > 1 and graph[v].type.shape[2] > 1]
+    # (a view of such a value that several kernels read is read through by each of them, never stored in the
+    # view's row-major order by the first: fusion/recompute.py stops at the permuted copy)
+    assert stored and all(v.endswith("_channels_last") and graph[v].kind != "view" for v in stored), stored
     torch._dynamo.reset()
 
 

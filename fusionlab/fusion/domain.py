@@ -91,7 +91,7 @@ def permuted_store(graph: Graph, node: Node, domain: Domain) -> IndexMap | None:
     written in another dimension order (a batch norm's gradient stored channels-last for the convolution that reads
     it: decompose/layout.py), dimension j of the copy following v's dimension dims[j]. None for any other value, and
     where `v` does not line up with the domain (a pointwise kernel storing only the copy walks the copy's shape)."""
-    if not _permuted_copy(graph, node):
+    if not permuted_copy(graph, node):
         return None
     view = graph[node.inputs[0]]
     source = graph[view.inputs[0]].type.shape
@@ -104,7 +104,7 @@ def permuted_store(graph: Graph, node: Node, domain: Domain) -> IndexMap | None:
     return tuple(source_map[int(d)] for d in view.param("dims"))
 
 
-def _permuted_copy(graph: Graph, node: Node) -> bool:
+def permuted_copy(graph: Graph, node: Node) -> bool:
     """`copy(permute(v))`: v stored in another dimension order."""
     if node.kind != "pointwise" or node.op != "copy" or len(node.inputs) != 1:
         return False
@@ -284,7 +284,7 @@ def analyse(graph: Graph, names: Sequence[str], outputs: Sequence[str]) -> Domai
         domain = Domain(tuple(shape), axes)
     else:
         # (a value stored in another dimension order as well as others: the others' order is the domain's)
-        stored = [graph[n] for n in outputs if not _permuted_copy(graph, graph[n])] \
+        stored = [graph[n] for n in outputs if not permuted_copy(graph, graph[n])] \
             or [graph[n] for n in outputs] or nodes
         widest = max(stored, key=lambda n: (len(non_unit(n.type.shape)), str(n.type.numel)))
         domain = Domain(tuple(widest.type.shape), ())

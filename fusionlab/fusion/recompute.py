@@ -23,7 +23,7 @@ from collections.abc import Sequence, Set
 from typing import TYPE_CHECKING
 
 from fusionlab.decompose.primitives import INDEX_VIEWS, POINTWISE
-from fusionlab.fusion.domain import Domain, analyse, traffic, view_source
+from fusionlab.fusion.domain import Domain, analyse, permuted_copy, traffic, view_source
 from fusionlab.ir import Graph
 
 if TYPE_CHECKING:
@@ -85,9 +85,9 @@ def _next_cone(graph: Graph, groups: Sequence[FusionGroup], owner: dict[str, int
 
 
 def _cone(graph: Graph, value: str, group: set[str]) -> list[str] | None:
-    """The nodes of `group` that compute `value` from the group's inputs and reduction results (and from what the
-    reader computes already: left out of `group`), in program order; None when one of them is no cheap pointwise op
-    or index-only view, or there are more than MAX_CONE."""
+    """The nodes of `group` that compute `value` from the group's inputs, reduction results and permuted copies (and
+    from what the reader computes already: left out of `group`), in program order; None when one of them is no
+    cheap pointwise op or index-only view, or there are more than MAX_CONE."""
     cone: set[str] = set()
     work = [value]
     while work:
@@ -95,8 +95,10 @@ def _cone(graph: Graph, value: str, group: set[str]) -> list[str] | None:
         if name in cone or name not in group:
             continue
         node = graph[name]
-        if node.kind == "reduction" and name != value:
-            continue  # a reduction result is read (its group stores it), not recomputed
+        if (node.kind == "reduction" or permuted_copy(graph, node)) and name != value:
+            # a reduction result is read (its group stores it), not recomputed; so is a value stored in another
+            # dimension order (decompose/layout.py): a reader of its view reads it where it lies
+            continue
         cheap = (node.kind == "pointwise" and (node.op in POINTWISE or node.op in ("cast", "full", "iota"))) or \
             (node.kind == "view" and node.op in INDEX_VIEWS)
         if not cheap or len(cone) >= MAX_CONE:
