@@ -264,3 +264,32 @@ def test_results_of_ops_known_to_allocate_are_not_checked() -> None:
                torch.ops.aten.alias.default, torch.ops.aten._scaled_dot_product_attention_math.default,
                torch.ops.aten._convolution.deprecated):  # the last two: composed of other ops
         assert not _allocates(op), op
+
+
+def test_a_config_whose_blocks_do_not_fit_steps_down_until_one_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel whose first config needs more shared memory than the GPU has (a pipelined loop over many operands:
+    ResNet-50's batch-norm backward, channels-last, asked 256 KiB of an H200's 227) is launched with the next
+    smaller blocks that fit, kept for later launches; a pinned config is not changed behind the caller's back."""
+    from triton.runtime.errors import OutOfResources
+
+    from fusionlab.runtime.config import BlockConfig, KernelShape
+    from fusionlab.runtime.launch import KernelHandle
+
+    handle = KernelHandle("k", "outer_reduction", "")
+    tried: list[BlockConfig] = []
+
+    def run(backend: str, config: BlockConfig, shape: KernelShape, args: tuple[Any, ...]) -> str:
+        tried.append(config)
+        if config.XBLOCK * config.RBLOCK > 32 * 64:
+            raise OutOfResources(262144, 232448, "shared memory")
+        return "compiled"
+
+    monkeypatch.setattr(handle, "_run", run)
+    shape = KernelShape("outer_reduction", 8192, 3136, False)
+    config, compiled = handle._fitting(BlockConfig(32, 256, 8), shape, ())
+    assert compiled == "compiled" and config == BlockConfig(32, 64, 8) and handle.tuned[shape] == config
+    assert [c.RBLOCK for c in tried] == [256, 128, 64]
+    assert BlockConfig(1, 16, 1).smaller() is None and BlockConfig(2, 16, 1).smaller() == BlockConfig(1, 16, 1)
+    handle.pin(BlockConfig(32, 256, 8))
+    with pytest.raises(OutOfResources):
+        handle._fitting(BlockConfig(32, 256, 8), shape, ())

@@ -87,7 +87,7 @@ class KernelHandle:
         else:
             config = self._config(shape, args)
             with torch.cuda.device(device):
-                compiled = self._run(backend, config, shape, args)
+                config, compiled = self._fitting(config, shape, args)
             if self.compiled is None:
                 self.compiled = compiled
             if device.index == current_cuda_device():  # launches on another device take this path
@@ -118,6 +118,20 @@ class KernelHandle:
             known = self._tune(shape, args) if self.autotune else shape.choose("cuda")
             self.tuned[shape] = known
         return known
+
+    def _fitting(self, config: LaunchConfig, shape: LaunchShape, args: tuple[Any, ...]) -> tuple[LaunchConfig, Any]:
+        """The first CUDA launch at `shape`, with `config` or, where its blocks need more shared memory or registers
+        than the GPU has, the next smaller config that fits (kept for the later launches)."""
+        from triton.runtime.errors import OutOfResources
+
+        while True:
+            try:
+                return config, self._run("cuda", config, shape, args)
+            except OutOfResources:
+                smaller = getattr(config, "smaller", lambda: None)()
+                if smaller is None or self.pinned is not None:
+                    raise
+                config = self.tuned[shape] = smaller
 
     def _run(self, backend: str, config: LaunchConfig, shape: LaunchShape, args: tuple[Any, ...]) -> Any:
         kernel = self.function(backend)[config.grid(shape)]
