@@ -4,7 +4,8 @@ where one step's host time goes (Python's profiler, the 25 costliest functions b
 the same steps and profile for Inductor's `mode="reduce-overhead"` follow. "host" is the time a step takes to
 return with the GPU idle before it (its issue time, median of the steps after the third); "step" waits for the GPU.
 
-    python benchmarks/cudagraph_captures.py [MODEL] [inference|training] [STEPS] [inductor]  # resnet50 training 6
+    python benchmarks/cudagraph_captures.py [MODEL] [inference|training] [STEPS] [inductor|-] [LAYOUT]
+    # default: resnet50 training 6, no Inductor, conv_layout "auto"
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def main() -> None:
     model, inputs = models.build(name, "gpu", device=torch.device("cuda"), dtype=torch.bfloat16, train=train)
     torch._dynamo.reset()
     before = dynamo_backend.mark()
-    compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": True})
+    layout = sys.argv[5] if len(sys.argv) > 5 else "auto"
+    print(f"{name} {'training' if train else 'inference'}, conv_layout={layout!r}")
+    compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": True, "conv_layout": layout})
     step = model_step(model, compiled, inputs, train)
     _steps(step, steps)
     for graph in dynamo_backend.since(before):
@@ -78,8 +81,10 @@ def _profile(step: object) -> None:
     torch.cuda.synchronize()
     profiler.disable()
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
-    print(text.getvalue()[:6000])
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats("fusionlab|cudagraph_trees|runtime_wrappers", 15)
+    print(text.getvalue()[:9000])
 
 
 if __name__ == "__main__":
