@@ -335,7 +335,7 @@ def _matmul_domain(graph: Graph, nodes: Sequence[Node], outputs: Sequence[str],
 def _feeds_index_views(node: Node, group: set[str], graph: Graph) -> bool:
     """A value of another shape inside a group is fine when it only feeds broadcasts and reorderings (computed per
     element; `misread` checks each read of it against the domain's sizes)."""
-    users = [n for n in graph.nodes if node.name in n.inputs and n.name in group]
+    users = [graph[m] for m in group if node.name in graph[m].inputs]  # (the group's members only: compile time)
     return bool(users) and all(u.op in INDEX_VIEWS or u.kind == "pointwise" for u in users)
 
 
