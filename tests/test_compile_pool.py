@@ -230,3 +230,29 @@ def test_recorded_launches_do_not_keep_the_calls_tensors() -> None:
     del records, fresh
     gc.collect()
     assert alive() is None, "the program kept the recorded call's input"
+
+
+def test_a_kernel_too_large_for_shared_memory_does_not_stop_the_others_loading(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the compiled kernels before the first call: one whose blocks need more shared memory than the GPU has
+    is left to its first launch (which steps down to blocks that fit); the others still load, and no error ends the
+    parallel compile (before, the whole program then compiled one kernel after another)."""
+
+    from triton.runtime.errors import OutOfResources
+
+    loaded: list[str] = []
+
+    class Kernel:
+        def __init__(self, name: str, fits: bool) -> None:
+            self.name, self.fits = name, fits
+
+        def _init_handles(self) -> None:
+            if not self.fits:
+                raise OutOfResources(262144, 232448, "shared memory")
+            loaded.append(self.name)
+
+    monkeypatch.setattr(compile_pool, "_on_cuda", lambda args: True)
+    monkeypatch.setattr(compile_pool, "_device_of", lambda args: None)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    compile_pool._load_in_threads([Kernel("a", True), Kernel("b", False), Kernel("c", True)], ())
+    assert sorted(loaded) == ["a", "c"]

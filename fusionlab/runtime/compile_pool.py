@@ -33,6 +33,7 @@ from triton import knobs
 from triton.compiler import ASTSource
 from triton.runtime.cache import triton_key
 from triton.runtime.driver import driver
+from triton.runtime.errors import OutOfResources
 
 __all__ = ["CompileJob", "CompileStalled", "KernelCompileError", "WORKER_KINDS", "compile_all", "compile_job",
            "job_for", "processes_available", "stall_seconds"]
@@ -214,7 +215,10 @@ def _load_in_threads(kernels: list[Any], args: tuple[Any, ...]) -> None:
 
     def load(kernel: Any) -> None:
         with torch.cuda.device(device):  # the current device is per thread
-            kernel._init_handles()
+            try:
+                kernel._init_handles()
+            except OutOfResources:
+                pass  # its blocks need more shared memory than the GPU has: its first launch steps down to a fit
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(loadable)))) as pool:
         list(pool.map(load, loadable))
