@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -120,6 +120,19 @@ class _Graph:
     kept: tuple[_Storage, ...] = ()  # the graph memory the other outputs are handed out on (`kept_from`, `handed`)
     host_writes: tuple[tuple[int, int], ...] = ()  # (input, output) written after each replay (a copied input)
     graph_writes: tuple[int, ...] = ()  # inputs read in place that the replay writes (their versions are bumped)
+    # `in_place` as torch's C++ check takes it: every position's address (None: not read in place), the positions
+    addresses: list[int | None] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+
+    def reads(self, tensors: list[Any]) -> bool:
+        """Whether the inputs read in place are at the addresses captured (one C++ call where torch has it)."""
+        if _addresses_equal is not None:
+            return bool(_addresses_equal(tensors, self.addresses, self.positions))
+        return all(tensors[i].data_ptr() == address for i, address in self.in_place)
+
+
+# torch's check of data addresses at positions, in C++ (CUDA builds; Inductor's CUDA graphs use it per replay)
+_addresses_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
 
 def copy_all(destinations: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
@@ -215,9 +228,9 @@ class CudaGraphs:
         entry = None
         if self._keyed is not None and len(tensors) == self._arity:
             key = tuple(_layout(tensors[i]) for i in self._keyed)
+            listed = list(tensors)
             for candidate in self.graphs.get(key, ()):
-                if (all(tensors[i].data_ptr() == address for i, address in candidate.in_place)
-                        and all(_layout(tensors[i]) == layout for i, layout in candidate.checked)):
+                if candidate.reads(listed) and all(_layout(tensors[i]) == layout for i, layout in candidate.checked):
                     entry = candidate
                     break
         if entry is None and self._made_by_a_bypass(tensors):
@@ -229,11 +242,10 @@ class CudaGraphs:
         entry.graph.replay()
         self.replays += 1
         write_inputs(tensors, entry.outputs, entry.host_writes)
-        for position in entry.graph_writes:  # as an in-place op would: autograd refuses a stale saved value
-            torch.autograd.graph.increment_version(tensors[position])
+        if entry.graph_writes:  # as an in-place op would: autograd refuses a stale saved value
+            torch.autograd.graph.increment_version([tensors[position] for position in entry.graph_writes])
         if not self.clone_outputs:
-            for output in entry.outputs:
-                torch.autograd.graph.increment_version(output)
+            torch.autograd.graph.increment_version([o for o in entry.outputs if isinstance(o, torch.Tensor)])
             return entry.outputs
         cloned = [entry.outputs[i] for i in entry.cloned]
         copies = [torch.empty_like(o) for o in cloned]
@@ -381,8 +393,12 @@ class CudaGraphs:
         # input) is not kept alive by this graph: its layout is checked on every call.
         buffers = [value if position in copied or position in self.static or isinstance(value, torch.nn.Parameter)
                    else None for position, value in enumerate(inputs)]
+        addresses: list[int | None] = [None] * len(tensors)
+        for position, address in in_place:
+            addresses[position] = address
         entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs, cloned, kept,
-                       tuple((i, j) for i, j in self.writes if i not in read), tuple(i for i, _ in captured))
+                       tuple((i, j) for i, j in self.writes if i not in read), tuple(i for i, _ in captured),
+                       addresses, [position for position, _ in in_place])
         held.append(entry)
         self.captures += 1
         return entry
