@@ -23,9 +23,9 @@ graph returns the activations its backward graph reads (AOTAutograd's outputs fr
 those: they are stored channels-last like any convolution's input, and the backend reports their strides to
 AOTAutograd (`output_strides`), which compiles the backward graph for them, as it does after Inductor's layout
 choice. In the backward graph, `convolution_backward` gets channels-last operands the same way; the input's gradient
-is typed channels-last and the weight's is made row-major for the caller. On an H200 this is slower today: ResNet-50's
-step took 17.8 ms of kernels against 10.4 as traced, its batch-norm backward kernels mixing the two layouts
-(docs/PERFORMANCE.md, fourteenth round), so "auto" leaves training graphs' saved activations and backwards as traced.
+is typed channels-last and the weight's is made row-major for the caller. On an H200, ResNet-50's step took 8.40 ms of
+kernels against 10.29 as traced (docs/PERFORMANCE.md, sixteenth round); "auto" still leaves training graphs' saved
+activations and backwards as traced until the whole step is measured against Inductor's.
 
     >>> graph = channels_last(decompose(capture(resnet_block, (x,), {})).graph)
 """
