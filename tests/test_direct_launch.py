@@ -289,7 +289,17 @@ def test_a_config_whose_blocks_do_not_fit_steps_down_until_one_does(monkeypatch:
     config, compiled = handle._fitting(BlockConfig(32, 256, 8), shape, ())
     assert compiled == "compiled" and config == BlockConfig(32, 64, 8) and handle.tuned[shape] == config
     assert [c.RBLOCK for c in tried] == [256, 128, 64]
-    assert BlockConfig(1, 16, 1).smaller() is None and BlockConfig(2, 16, 1).smaller() == BlockConfig(1, 16, 1)
+    assert BlockConfig(1, 16, 1).smaller(shape) is None
+    assert BlockConfig(2, 16, 1).smaller(shape) == BlockConfig(1, 16, 1)
+    # a persistent reduction holds its whole row: fewer rows, then fewer warps, never a shorter RBLOCK
+    persistent = KernelShape("reduction", 4096, 1024, True)
+    assert BlockConfig(2, 1024, 8).smaller(persistent) == BlockConfig(1, 1024, 8)
+    assert BlockConfig(1, 1024, 8).smaller(persistent) == BlockConfig(1, 1024, 4)
+    assert BlockConfig(1, 1024, 1).smaller(persistent) is None
+    handle.tuned.clear()
+    tried.clear()
+    config, _ = handle._fitting(BlockConfig(4, 1024, 8), persistent, ())
+    assert config == BlockConfig(2, 1024, 8) and all(c.RBLOCK == 1024 for c in tried)
     handle.pin(BlockConfig(32, 256, 8))
     with pytest.raises(OutOfResources):
         handle._fitting(BlockConfig(32, 256, 8), shape, ())

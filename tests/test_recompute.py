@@ -112,3 +112,22 @@ def test_random_programs_with_shared_values_match_eager() -> None:
             error = (mine.double() - truth).abs().max().item()
             assert mine.dtype == theirs.dtype and error <= allowed, f"seed {seed}: error {error}, eager's {allowed}"
     assert recomputing >= 4, f"only {recomputing} of 12 programs recomputed a value: the generator misses the pattern"
+
+
+@pytest.mark.parametrize("sizes", [(3, 5, 4), (5, 5, 5)], ids=["distinct", "square"])
+def test_a_transposed_copy_of_reduced_rows_is_recomputed_not_stored(sizes: tuple[int, int, int]) -> None:
+    """A copy in another dimension order (`copy(permute(v))`) is read where it lies by a reader of its view only
+    when its own kernel can store it at the permuted positions: here `v` is row-shaped, after a reduction, so the
+    kernel computing it cannot, and the reader recomputes through the copy instead (it stopped there once, and the
+    program failed to build: "sum is read at (1, 0), not at its own row")."""
+    n, c, h = sizes
+
+    def fn(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+        v = x.sum((2, 3)) + a + b + d
+        return torch.softmax(v.t().contiguous().t() + 1, 0)
+
+    args = (torch.randn(n, c, h, h), torch.randn(n, c), torch.randn(n, c), torch.randn(n, c))
+    ex = fl.explore(fn, *args)
+    torch.testing.assert_close(ex(*args), fn(*args))
+    fresh = tuple(torch.randn_like(a) for a in args)
+    torch.testing.assert_close(ex(*fresh), fn(*fresh))

@@ -23,8 +23,8 @@ from collections.abc import Sequence, Set
 from typing import TYPE_CHECKING
 
 from fusionlab.decompose.primitives import INDEX_VIEWS, POINTWISE
-from fusionlab.fusion.domain import Domain, analyse, permuted_copy, traffic, view_source
-from fusionlab.ir import Graph
+from fusionlab.fusion.domain import Domain, analyse, permuted_copy, permuted_store, traffic, view_source
+from fusionlab.ir import Graph, Node
 
 if TYPE_CHECKING:
     from fusionlab.fusion.fuse import FusionGroup
@@ -68,7 +68,7 @@ def _next_cone(graph: Graph, groups: Sequence[FusionGroup], owner: dict[str, int
         source = owner.get(value)
         if source is None or source == index or groups[source].kind not in _COMPUTING:
             continue
-        cone = _cone(graph, value, set(groups[source].nodes) - inside)
+        cone = _cone(graph, value, set(groups[source].nodes) - inside, groups[source].domain)
         if cone is None or any(name in keep for name in cone):
             continue
         leaves = [leaf for leaf in _loads(graph, cone) if leaf not in inside]
@@ -84,7 +84,7 @@ def _next_cone(graph: Graph, groups: Sequence[FusionGroup], owner: dict[str, int
     return None
 
 
-def _cone(graph: Graph, value: str, group: set[str]) -> list[str] | None:
+def _cone(graph: Graph, value: str, group: set[str], domain: Domain | None = None) -> list[str] | None:
     """The nodes of `group` that compute `value` from the group's inputs, reduction results and permuted copies (and
     from what the reader computes already: left out of `group`), in program order; None when one of them is no
     cheap pointwise op or index-only view, or there are more than MAX_CONE."""
@@ -95,9 +95,9 @@ def _cone(graph: Graph, value: str, group: set[str]) -> list[str] | None:
         if name in cone or name not in group:
             continue
         node = graph[name]
-        if (node.kind == "reduction" or permuted_copy(graph, node)) and name != value:
+        if name != value and (node.kind == "reduction" or _storable_copy(graph, node, domain)):
             # a reduction result is read (its group stores it), not recomputed; so is a value stored in another
-            # dimension order (decompose/layout.py): a reader of its view reads it where it lies
+            # dimension order (decompose/layout.py), where its group can store it: a reader of its view reads it
             continue
         cheap = (node.kind == "pointwise" and (node.op in POINTWISE or node.op in ("cast", "full", "iota"))) or \
             (node.kind == "view" and node.op in INDEX_VIEWS)
@@ -107,6 +107,12 @@ def _cone(graph: Graph, value: str, group: set[str]) -> list[str] | None:
         work.extend(node.inputs)
     order = {node.name: i for i, node in enumerate(graph.nodes)}
     return sorted(cone, key=order.__getitem__)
+
+
+def _storable_copy(graph: Graph, node: Node, domain: Domain | None) -> bool:
+    """`copy(permute(v))` that the kernel walking `domain` stores at the permuted positions (`permuted_store`; not a
+    copy of a row-shaped value after a reduction, which that kernel's domain cannot write)."""
+    return domain is not None and permuted_copy(graph, node) and permuted_store(graph, node, domain) is not None
 
 
 def _loads(graph: Graph, members: Sequence[str]) -> list[str]:

@@ -218,7 +218,7 @@ def _load_in_threads(kernels: list[Any], args: tuple[Any, ...]) -> None:
             try:
                 kernel._init_handles()
             except OutOfResources:
-                pass  # its blocks need more shared memory than the GPU has: its first launch steps down to a fit
+                pass  # its blocks need more shared memory (or threads) than the GPU has: its first launch steps down
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(loadable)))) as pool:
         list(pool.map(load, loadable))

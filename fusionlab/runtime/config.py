@@ -92,17 +92,27 @@ class BlockConfig:
     def options(self) -> dict[str, int]:
         return {"num_warps": self.num_warps}
 
-    def smaller(self) -> BlockConfig | None:
+    def smaller(self, shape: KernelShape) -> BlockConfig | None:
         """The next config down, for a kernel this one's blocks do not fit (Triton's OutOfResources: a pipelined
         loop keeps a tile of every operand per stage in shared memory): RBLOCK halved down to 16, then XBLOCK; None
-        at the bottom."""
-        if self.RBLOCK > 16:
-            xblock, rblock = self.XBLOCK, self.RBLOCK // 2
-        elif self.XBLOCK > 1:
-            xblock, rblock = self.XBLOCK // 2, self.RBLOCK
+        at the bottom. A persistent reduction holds its whole row (RBLOCK is the row, never less): XBLOCK, then the
+        warps."""
+        xblock, rblock, warps = self.XBLOCK, self.RBLOCK, self.num_warps
+        if shape.persistent:
+            if xblock > 1:
+                xblock //= 2
+            elif warps > 1:
+                warps //= 2
+            else:
+                return None
+            return BlockConfig(xblock, rblock, warps)
+        if rblock > 16 and shape.kind != "pointwise":
+            rblock //= 2
+        elif xblock > 1:
+            xblock //= 2
         else:
             return None
-        return BlockConfig(xblock, rblock, max(1, min(self.num_warps, xblock * rblock // 32)))
+        return BlockConfig(xblock, rblock, max(1, min(warps, xblock * rblock // 32)))
 
     def describe(self) -> str:
         return f"XBLOCK={self.XBLOCK} RBLOCK={self.RBLOCK} warps={self.num_warps}"

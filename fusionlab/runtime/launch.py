@@ -16,7 +16,7 @@ import torch
 
 from fusionlab.codegen.kernel import KernelSource
 from fusionlab.codegen.kinds import KernelKind
-from fusionlab.runtime.config import KernelShape, LaunchConfig, LaunchShape
+from fusionlab.runtime.config import BlockConfig, KernelShape, LaunchConfig, LaunchShape
 from fusionlab.runtime.direct import DirectLaunch
 from fusionlab.runtime.interpreter import build_module, interpreted_standard_library
 from fusionlab.runtime.matmul import MatmulShape
@@ -128,7 +128,8 @@ class KernelHandle:
             try:
                 return config, self._run("cuda", config, shape, args)
             except OutOfResources:
-                smaller = getattr(config, "smaller", lambda: None)()
+                smaller = config.smaller(shape) if isinstance(config, BlockConfig) \
+                    and isinstance(shape, KernelShape) else None  # (a matmul's config raises)
                 if smaller is None or self.pinned is not None:
                     raise
                 config = self.tuned[shape] = smaller
