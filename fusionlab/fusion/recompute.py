@@ -84,10 +84,11 @@ def _next_cone(graph: Graph, groups: Sequence[FusionGroup], owner: dict[str, int
     return None
 
 
-def _cone(graph: Graph, value: str, group: set[str], domain: Domain | None = None) -> list[str] | None:
-    """The nodes of `group` that compute `value` from the group's inputs, reduction results and permuted copies (and
-    from what the reader computes already: left out of `group`), in program order; None when one of them is no
-    cheap pointwise op or index-only view, or there are more than MAX_CONE."""
+def _cone(graph: Graph, value: str, group: set[str], domain: Domain | None) -> list[str] | None:
+    """The nodes of `group` (whose kernel walks `domain`) that compute `value` from the group's inputs, reduction
+    results and the permuted copies it stores permuted (and from what the reader computes already: left out of
+    `group`), in program order; None when one of them is no cheap pointwise op or index-only view, or there are more
+    than MAX_CONE."""
     cone: set[str] = set()
     work = [value]
     while work:
