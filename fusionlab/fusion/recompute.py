@@ -23,7 +23,7 @@ from collections.abc import Sequence, Set
 from typing import TYPE_CHECKING
 
 from fusionlab.decompose.primitives import INDEX_VIEWS, POINTWISE
-from fusionlab.fusion.domain import Domain, analyse, permuted_copy, permuted_store, traffic, view_source
+from fusionlab.fusion.domain import Domain, analyse, permuted_store, traffic, view_source
 from fusionlab.ir import Graph, Node
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def _cone(graph: Graph, value: str, group: set[str], domain: Domain | None) -> l
 def _storable_copy(graph: Graph, node: Node, domain: Domain | None) -> bool:
     """`copy(permute(v))` that the kernel walking `domain` stores at the permuted positions (`permuted_store`; not a
     copy of a row-shaped value after a reduction, which that kernel's domain cannot write)."""
-    return domain is not None and permuted_copy(graph, node) and permuted_store(graph, node, domain) is not None
+    return domain is not None and permuted_store(graph, node, domain) is not None
 
 
 def _loads(graph: Graph, members: Sequence[str]) -> list[str]:

@@ -121,8 +121,14 @@ class _Graph:
     host_writes: tuple[tuple[int, int], ...] = ()  # (input, output) written after each replay (a copied input)
     graph_writes: tuple[int, ...] = ()  # inputs read in place that the replay writes (their versions are bumped)
     # `in_place` as torch's C++ check takes it: every position's address (None: not read in place), the positions
-    addresses: list[int | None] = field(default_factory=list)
-    positions: list[int] = field(default_factory=list)
+    addresses: list[int | None] = field(init=False)
+    positions: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.addresses = [None] * len(self.inputs)
+        for position, address in self.in_place:
+            self.addresses[position] = address
+        self.positions = [position for position, _ in self.in_place]
 
     def reads(self, tensors: list[Any]) -> bool:
         """Whether the inputs read in place are at the addresses captured (one C++ call where torch has it)."""
@@ -393,12 +399,8 @@ class CudaGraphs:
         # input) is not kept alive by this graph: its layout is checked on every call.
         buffers = [value if position in copied or position in self.static or isinstance(value, torch.nn.Parameter)
                    else None for position, value in enumerate(inputs)]
-        addresses: list[int | None] = [None] * len(tensors)
-        for position, address in in_place:
-            addresses[position] = address
         entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs, cloned, kept,
-                       tuple((i, j) for i, j in self.writes if i not in read), tuple(i for i, _ in captured),
-                       addresses, [position for position, _ in in_place])
+                       tuple((i, j) for i, j in self.writes if i not in read), tuple(i for i, _ in captured))
         held.append(entry)
         self.captures += 1
         return entry

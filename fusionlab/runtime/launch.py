@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from triton.runtime.errors import OutOfResources
 
 from fusionlab.codegen.kernel import KernelSource
 from fusionlab.codegen.kinds import KernelKind
@@ -122,8 +123,6 @@ class KernelHandle:
     def _fitting(self, config: LaunchConfig, shape: LaunchShape, args: tuple[Any, ...]) -> tuple[LaunchConfig, Any]:
         """The first CUDA launch at `shape`, with `config` or, where its blocks need more shared memory or registers
         than the GPU has, the next smaller config that fits (kept for the later launches)."""
-        from triton.runtime.errors import OutOfResources
-
         while True:
             try:
                 return config, self._run("cuda", config, shape, args)
