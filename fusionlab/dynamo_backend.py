@@ -187,8 +187,9 @@ def _saved_outputs_from() -> int | None:
     """Where AOTAutograd's forward graph's outputs turn into what it saves for the backward (its metadata's
     `num_forward`: mutated inputs, outputs, intermediate bases, then saved tensors); None when it does not say. CUDA
     graphs hand the outputs from there on out uncopied (safe for any answer: they are handed out only while nothing
-    else holds them, or the call runs without the graph), and with conv_layout="channels_last" the layout pass stores
-    them channels-last (a wrong answer there would give the caller an output in another layout than eager's)."""
+    else holds them, or the call runs without the graph), and on CUDA (or with conv_layout="channels_last") the layout
+    pass stores them channels-last (a wrong answer there would give the caller an output in another layout than
+    eager's)."""
     context = torch._guards.TracingContext.try_get()
     metadata = getattr(context, "fw_metadata", None)
     boundary = getattr(metadata, "num_forward", None)

@@ -307,9 +307,9 @@ def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy =
     `"extern"` runs them in cuBLAS between kernels. `cudagraphs=True` (CUDA only) replays each call from a CUDA graph
     captured per input layout and returns copies of the outputs; `cudagraphs="overwrite"` returns the graph's own
     output memory, overwritten by the next call (fusionlab.runtime.cudagraphs). `conv_layout="auto"` runs 2-D
-    convolutions on CUDA in channels-last order, the kernels around them storing their values so
-    (decompose/layout.py); `"channels_last"` does it on every device, and through the backend in training also
-    for the saved activations and the convolutions' backwards; `"as_traced"` keeps the layouts eager gives.
+    convolutions on CUDA in channels-last order, the kernels around them storing their values so, and through the
+    backend in training also the saved activations and the convolutions' backwards (decompose/layout.py);
+    `"channels_last"` does it on every device; `"as_traced"` keeps the layouts eager gives.
     Keyword arguments of `fn` go after the inputs (`explore(fn, x, scale=2.0)`), or in `kwargs={...}` where one is
     named like an option of explore."""
     if not callable(fn):

@@ -145,14 +145,16 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     graph = Graph(tuple(inputs), live, tuple(outputs), hints)
     given = output_strides is not None and len(output_strides) == len(graph.outputs)
     strides = list(output_strides or ()) if given else _traced_strides(captured.graph_module, len(graph.outputs))
-    if layouts.wanted(captured.graph_module, layout):
-        graph = layouts.channels_last(graph, saved_from, training=layout == "channels_last", eager_strides=strides)
+    converts = layouts.wanted(captured.graph_module, layout)
+    training = converts and layouts.in_training(captured.graph_module, layout, saved_from)
+    if converts:
+        graph = layouts.channels_last(graph, saved_from, training=training, eager_strides=strides)
     # (a training step's saved activations, read by its backward graph alone, keep the layout kernels give them)
     if saved_from is not None:
         strides = strides[:saved_from] + [None] * (len(strides) - saved_from)
     # (the values a returned view chain starts at: eager's strides as traced here, unless this trace's inputs are
     # the channels-last saved activations of a training step)
-    traced = {} if given and layout == "channels_last" else _value_strides(captured.graph_module, values, graph)
+    traced = {} if given and training else _value_strides(captured.graph_module, values, graph)
     graph = eager_output_strides(graph, strides, traced)
     return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
 

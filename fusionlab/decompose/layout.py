@@ -18,14 +18,14 @@ A convolution of a channels-last input returns a channels-last result; its type 
 it for a dense row-major tensor (kernels read it with the strides it has at run time). Grouped and transposed
 convolutions, and those whose result the caller gets, keep the traced layout.
 
-Training (`training=True`, which `conv_layout="channels_last"` asks for; "auto" does not). A training step's forward
-graph returns the activations its backward graph reads (AOTAutograd's outputs from `num_forward` on). No caller sees
-those: they are stored channels-last like any convolution's input, and the backend reports their strides to
-AOTAutograd (`output_strides`), which compiles the backward graph for them, as it does after Inductor's layout
-choice. In the backward graph, `convolution_backward` gets channels-last operands the same way; the input's gradient
-is typed channels-last and the weight's is made row-major for the caller. On an H200, ResNet-50's step took 8.40 ms of
-kernels against 10.29 as traced (docs/PERFORMANCE.md, sixteenth round); "auto" still leaves training graphs' saved
-activations and backwards as traced until the whole step is measured against Inductor's.
+Training (`training=True`: `in_training` says when; "auto" asks for it in a training step's graphs on CUDA, and
+"channels_last" always). A training step's forward graph returns the activations its backward graph reads (AOTAutograd's
+outputs from `num_forward` on). No caller sees those: they are stored channels-last like any convolution's input, and
+the backend reports their strides to AOTAutograd (`output_strides`), which compiles the backward graph for them, as it
+does after Inductor's layout choice. In the backward graph, `convolution_backward` gets channels-last operands the same
+way; the input's gradient is typed channels-last and the weight's is made row-major for the caller. On an H200,
+ResNet-50's step took 8.40 ms of kernels against 10.29 as traced (docs/PERFORMANCE.md, sixteenth round), and the whole
+step with CUDA graphs 10.67 ms against 12.80 (seventeenth round).
 
     >>> graph = channels_last(decompose(capture(resnet_block, (x,), {})).graph)
 """
@@ -66,21 +66,31 @@ _RESTORE = ("makes row-major what the caller gets from this op (conv_layout): it
 
 def check_layout(layout: str) -> str:
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown conv_layout {layout!r}: use 'auto' (channels-last convolutions on CUDA devices, the "
-                         "default), 'channels_last' (on every device, and in training the backward's too) or "
+        raise ValueError(f"unknown conv_layout {layout!r}: use 'auto' (channels-last convolutions on CUDA devices, "
+                         "in training the backward's too; the default), 'channels_last' (on every device) or "
                          "'as_traced' (the layouts eager gives)")
     return layout
 
 
 def wanted(graph_module: torch.fx.GraphModule, layout: str) -> bool:
-    """Whether `layout` asks for channels-last convolutions in this captured graph ("auto": one runs on CUDA)."""
+    """Whether `layout` asks for channels-last convolutions in this captured graph ("auto": a convolution, or a
+    training step's convolution backward, runs on CUDA)."""
     if check_layout(layout) != "auto":
         return layout == "channels_last"
     for node in graph_module.graph.nodes:
-        value = node.meta.get("val") if node.target is aten.convolution.default else None
-        if isinstance(value, torch.Tensor) and value.device.type == "cuda":
-            return True
+        if node.target in (aten.convolution.default, aten.convolution_backward.default):
+            values = pytree.tree_leaves(node.meta.get("val"))
+            if any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in values):
+                return True
     return False
+
+
+def in_training(graph_module: torch.fx.GraphModule, layout: str, saved_from: int | None) -> bool:
+    """Whether the pass converts this graph as part of a training step (its saved activations and convolution
+    backwards too): always with "channels_last"; with "auto", a training step's forward graph (it says where its
+    saved activations start) or its backward graph (it has a convolution backward)."""
+    return layout == "channels_last" or saved_from is not None or any(
+        node.target is aten.convolution_backward.default for node in graph_module.graph.nodes)
 
 
 def channels_last(graph: Graph, hidden_from: int | None = None, training: bool = False,

@@ -11,9 +11,11 @@ pointwise and reduction kernels'; `runtime/matmul.py` has the matmul's.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import torch
 import triton
 
 from fusionlab.codegen.kinds import KernelKind
@@ -53,6 +55,7 @@ class KernelShape:
     persistent: bool
     heavy: int = 0  # special-function ops and extra full-size stores per element
     accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live at once (Welford: 3)
+    tile_bytes: int = 0  # bytes per element of the tiles a pipelined loop loads (codegen's KernelSource.tile_bytes)
 
     @property
     def numels(self) -> tuple[int, ...]:
@@ -154,6 +157,10 @@ def _cuda(shape: KernelShape) -> BlockConfig:
         # Welford's three running tiles at 32 x 256 spill: 0.196 ms against 0.147 at 32 x 128 (column_normalize).
         cap = 256 if shape.accumulators < 3 else 128
         rblock = max(16, min(cap, triton.next_power_of_2(max(shape.rnumel, 1))))
+        # The pipelined loop stages its tiles in shared memory: fewer rows a step where they would not fit (a
+        # batch-norm backward of a residual block reads eight tiles; else its first launch steps down).
+        while rblock > 16 and pipelined_bytes(xblock, rblock, shape.tile_bytes) > shared_memory():
+            rblock //= 2
         return BlockConfig(xblock, rblock, max(1, min(8, xblock * rblock // 256)))
     if shape.kind == "pointwise":
         xblock = min(1024, triton.next_power_of_2(max(shape.xnumel, 1)))
@@ -172,6 +179,30 @@ def _cuda(shape: KernelShape) -> BlockConfig:
         # or two outputs wants 16 warps to hide latency; a plain normalisation is faster with 8.
         return BlockConfig(xblock, rblock, 16 if shape.heavy and xblock * rblock >= 8192 else 8)
     return BlockConfig(1, 2048, 8)
+
+
+PIPELINE_BUFFERS = 2  # tiles of each operand in shared memory at once: Triton's pipeliner at num_stages=3
+PIPELINE_SLACK = 16 << 10  # the rest of a pipelined kernel's shared memory (its reductions' scratch), at most
+
+
+def pipelined_bytes(xblock: int, rblock: int, tile_bytes: int) -> int:
+    """The shared memory a pipelined loop over [xblock, rblock] tiles asks for, `tile_bytes` a tile element
+    (Triton's figure for our outer reductions compiled for sm_90 was within PIPELINE_SLACK of it:
+    tests/test_pipelined_blocks.py)."""
+    return PIPELINE_BUFFERS * xblock * rblock * tile_bytes + PIPELINE_SLACK
+
+
+@functools.cache
+def _shared_memory(device: int) -> int:
+    from triton.runtime.driver import driver  # (its CUDA driver: only where a GPU is)
+
+    return int(driver.active.utils.get_device_properties(device)["max_shared_mem"])  # Triton's own limit
+
+
+def shared_memory() -> int:
+    """The shared memory one program may use on the current CUDA device (227 KiB on an H100 or H200; that,
+    without a device)."""
+    return _shared_memory(torch.cuda.current_device()) if torch.cuda.is_available() else 227 << 10
 
 
 def choose(shape: KernelShape, backend: str) -> BlockConfig:

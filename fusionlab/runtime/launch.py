@@ -37,6 +37,7 @@ class KernelHandle:
     persistent: bool = False
     heavy: int = 0
     accumulators: int = 1  # [XBLOCK, RBLOCK] tiles a looped reduction keeps live (Welford: 3)
+    tile_bytes: int = 0  # bytes per element of the tiles a pipelined loop loads (KernelSource.tile_bytes)
     autotune: bool = False
     pinned: LaunchConfig | None = None
     modules: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -55,8 +56,8 @@ class KernelHandle:
            checks: tuple[int, ...] | None = None) -> KernelHandle:
         """The launcher of one generated kernel, whose module source (preamble + kernel) is `module`; `checks`
         as the program's `launch_checks` give them."""
-        return cls(kernel.name, kernel.kind, module, kernel.persistent, kernel.heavy, kernel.accumulators, autotune,
-                   checks=checks)
+        return cls(kernel.name, kernel.kind, module, kernel.persistent, kernel.heavy, kernel.accumulators,
+                   kernel.tile_bytes, autotune, checks=checks)
 
     def function(self, backend: str) -> Any:
         if backend not in self.modules:
@@ -67,7 +68,8 @@ class KernelHandle:
         """What the launch configuration is chosen from: this kernel's kind and work at these sizes."""
         if self.kind == "matmul":
             return MatmulShape.of(args, xnumel, rnumel)
-        return KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators)
+        return KernelShape(self.kind, int(xnumel), int(rnumel), self.persistent, self.heavy, self.accumulators,
+                           self.tile_bytes)
 
     def launch(self, *args: Any, xnumel: int, rnumel: int = 1) -> None:
         key = (xnumel, rnumel, args[-1]) if self.kind == "matmul" else (xnumel, rnumel)
