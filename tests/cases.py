@@ -244,6 +244,22 @@ case("max_all", lambda x: x.max(), make(mat()))
 case("vector_norm", lambda x: torch.linalg.vector_norm(x, dim=-1), make(mat()))
 case("int_sum", lambda x: x.sum(-1), make(mat(ints)))
 case("bool_sum", lambda x: (x > 0).sum(0), make(mat()))
+case("sum_and_argmax_axis0", lambda x: (x.sum(0), x.argmax(0), x.amax(0)), make(mat()), kernels={"default": 1})
+
+
+def _batch_norm_backward(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                         w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A relu and batch norm's backward over the rows: two sums that read no other's result (one pass), the
+    gradient after them, the relu's mask before them."""
+    grad = torch.where(x > 0, g, 0)
+    normed = (x - mean) * rstd
+    total, dot = grad.sum(0), (grad * normed).sum(0)
+    rows = x.shape[0]
+    return (grad - total / rows - normed * dot / rows) * rstd * w, total, dot, x > 0
+
+
+case("batch_norm_backward", _batch_norm_backward,
+     make(mat(), mat(), mat(randn, C), mat(lambda c: torch.rand(c) + 0.5, C), mat(randn, C)), kernels={"default": 1})
 
 # -- normalisations ------------------------------------------------------------------------------------
 case("softmax_last", lambda x: torch.softmax(x, -1), make(mat()), kernels={"none": 5, "default": 1})

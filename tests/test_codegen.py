@@ -19,12 +19,14 @@ import torch.nn.functional as F
 import fusionlab as fl
 from fusionlab.codegen import reductions
 from fusionlab.decompose.primitives import REDUCTIONS
+from fusionlab.lessons import row_passes
 from tests.cases import find
 
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_CASES = [("softmax_last", "default"), ("softmax_last", "none"), ("layer_norm", "default"),
                 ("gelu_bias", "default"), ("sum_axis0", "default"), ("transposed_input", "default"),
-                ("matmul_between_chains", "default"), ("argmax_last", "default"), ("add_layer_norm", "default")]
+                ("matmul_between_chains", "default"), ("argmax_last", "default"), ("add_layer_norm", "default"),
+                ("batch_norm_backward", "default"), ("sum_and_argmax_axis0", "default")]
 
 
 def program_text(ex: fl.Exploration) -> str:
@@ -115,7 +117,17 @@ LOOPED = [
     ("sum_then_epilogue", lambda x: x - x.sum(-1, keepdim=True) / x.shape[-1]),
     ("axis0", lambda x: torch.softmax(x, 0)),
     ("logsumexp", lambda x: torch.logsumexp(x, -1)),
+    ("passes", lambda x: _three_passes(x, x.flip(-1), -1)),
 ]
+
+
+def _three_passes(x: torch.Tensor, y: torch.Tensor, dim: int) -> tuple[torch.Tensor, ...]:
+    """Two sums that read no reduction (first pass), one that reads the first (second pass), and outputs that need
+    nothing, the first pass's, and the second's."""
+    masked = torch.where(x > 0, y, 0)
+    total, dot = masked.sum(dim, keepdim=True), (masked * x).sum(dim, keepdim=True)
+    spread = (x - total / x.shape[dim]).abs().sum(dim, keepdim=True)
+    return spread, total, dot, masked, x - dot, x / spread
 
 
 @pytest.mark.parametrize(("name", "fn"), LOOPED, ids=[n for n, _ in LOOPED])
@@ -134,6 +146,26 @@ def test_looped_reductions(name: str, fn: object, policy: str) -> None:
     fresh = torch.randn(3, 2500)
     torch.testing.assert_close(ex(fresh), fn(fresh), atol=1e-5, rtol=1e-4)  # type: ignore[operator]
     assert ex.verify().ok
+
+
+@pytest.mark.parametrize("dim", [0, -1], ids=["columns", "rows"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_sibling_reductions_share_a_pass_and_outputs_go_in_the_first_that_has_what_they_read(
+        dim: int, dtype: torch.dtype) -> None:
+    """codegen/plan.py `reduction_passes`: a square matrix (a rows-for-columns mix-up would not show in the
+    shapes), reduced over its columns (an outer reduction) or rows (looped), both longer than one block."""
+    x, y = torch.randn(1200, 1200, dtype=dtype), torch.randn(1200, 1200, dtype=dtype)
+    ex = fl.explore(lambda x, y: _three_passes(x, y, dim), x, y, looped_reductions=True)
+    (kernel,) = ex.generated.kernels
+    passes = [(walk.loads, walk.stores) for walk in row_passes(kernel).passes]
+    # the where() stored in the first pass, x - dot in the second, x / spread in one more; then the sums
+    assert passes == [(("x", "y"), ("where",)), (("x",), ("sub_1",)), (("x",), ("div_1",)),
+                      ((), ("sum", "sum_1", "sum_2"))], kernel.source
+    fresh = [torch.randn(1200, 1200, dtype=dtype), torch.randn(1200, 1200, dtype=dtype)]
+    expected = _three_passes(*(t.double() for t in fresh), dim)
+    tolerance = {"atol": 1e-3, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 0.5, "rtol": 2e-2}
+    for got, want in zip(ex(*fresh), expected, strict=True):
+        torch.testing.assert_close(got.double(), want.to(got.dtype).double(), **tolerance)
 
 
 WELFORD = [

@@ -5,14 +5,16 @@ dimension]); reduction kernels a 2-D tile of [XBLOCK rows, RBLOCK reduced elemen
 *index map* (codegen/indexing.py), so broadcasts and size-1 reshapes inside a kernel are index arithmetic, not
 copies. Sizes and strides are kernel arguments: no size is baked into the source.
 
-Reductions are *persistent* (the whole row in registers, one pass) or *looped* (one loop over the row per reduction,
-and one more for the outputs; a mean and the variance around it share one loop, see codegen/welford.py); each op's
-identity, loop step and row reduction come from the tables in codegen/reductions.py.
+Reductions are *persistent* (the whole row in registers, one pass) or *looped*: one loop over the row per pass of
+`plan.passes` (the reductions that read no other's result share one: a batch norm's backward sums the gradient and
+the gradient times the normalised input in one), a mean and the variance around it in one loop of their own (see
+codegen/welford.py); each output is stored in the first loop that has what it reads, or in one more after them. Each
+op's identity, loop step and row reduction come from the tables in codegen/reductions.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -21,7 +23,7 @@ from fusionlab.codegen import online_softmax, reductions, welford
 from fusionlab.codegen.dtypes import HALF_DTYPES, TRITON_DTYPES, convert, literal
 from fusionlab.codegen.indexing import IndexWriter, KernelArgument, Rolled, Shift, bounds_mask
 from fusionlab.codegen.kinds import KernelKind
-from fusionlab.codegen.plan import KernelPlan
+from fusionlab.codegen.plan import KernelPlan, reductions_read
 from fusionlab.codegen.provenance import module_comments
 from fusionlab.decompose import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE, compute_dtype
 from fusionlab.decompose.primitives import INDEXED
@@ -351,12 +353,28 @@ class KernelWriter(IndexWriter):
         elif node.name in self.online:
             self._online_softmax(node, source, result, tl_type)
         else:
+            self._reduce_in_one_pass([node])
+            return self.globals[node.name]
+        self.globals[node.name] = result
+        return result
+
+    def _reduce_in_one_pass(self, nodes: Sequence[Node], outputs: Sequence[str] = ()) -> None:
+        """Reductions that read no other one's result (a pass of `plan.passes`), each into its own accumulator, in
+        one loop over the rows that loads every operand once; `outputs` (which read no result of this pass) are
+        stored in the same loop."""
+        lines = self.top.lines
+        loop = self._open_loop()
+        finals: list[str] = []
+        for node in nodes:
+            source = self.graph[node.inputs[0]]
+            accumulate = compute_dtype(source.type.dtype)
+            identity = reductions.identity(node.op, accumulate)
+            result = self.namer.identifier(node.name)
             accumulator = self.namer.identifier(f"acc_{result}")
             positions = self.namer.identifier(f"{accumulator}_index")
-            lines.append(f"    {accumulator} = tl.full([XBLOCK, RBLOCK], {identity}, {tl_type})")
+            lines.append(f"    {accumulator} = tl.full([XBLOCK, RBLOCK], {identity}, {TRITON_DTYPES[accumulate]})")
             if node.op in reductions.ARG_BETTER:
                 lines.append(f"    {positions} = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
-            loop = self._open_loop()
             value = self._rounded(source.name, self.emit(source.name, self.full_map(), loop), node.type.dtype)
             masked = f"tl.where(mask, {value}, {identity})"
             if node.op in reductions.ACCUMULATE:
@@ -364,14 +382,16 @@ class KernelWriter(IndexWriter):
                 loop.lines.append(f"{loop.indent}{accumulator} = {step}")
             else:
                 loop.lines.extend(reductions.arg_update_lines(loop.indent, node.op, masked, accumulator, positions))
-            lines.extend(loop.lines)
             if node.op in reductions.ROW_REDUCE:
-                lines.append(f"    {result} = {reductions.ROW_REDUCE[node.op].format(accumulator)}")
+                finals.append(f"    {result} = {reductions.ROW_REDUCE[node.op].format(accumulator)}")
             else:
                 extreme = self.namer.identifier(f"{result}_value")
-                lines.extend(reductions.arg_reduce_lines(node.op, accumulator, positions, extreme, result))
-        self.globals[node.name] = result
-        return result
+                finals.extend(reductions.arg_reduce_lines(node.op, accumulator, positions, extreme, result))
+            self.globals[node.name] = result
+        for value in outputs:
+            self._store(value, loop)
+        lines.extend(loop.lines)
+        lines.extend(finals)
 
     def _welford(self, node: Node, source: Node, result: str, tl_type: str) -> None:
         """`node` (a mean) and its partner (the sum or mean of squared deviations from it) in one pass."""
@@ -467,8 +487,20 @@ class KernelWriter(IndexWriter):
             for value in outputs:
                 self._store(value, self.top)
         else:
-            for name in reductions:
-                self._reduce(self.graph[name], self.top)
+            # A full-size output is stored in the first pass after those whose results it reads (plan.passes)
+            level = {name: at for at, names in enumerate(self.plan.passes, 1) for name in names}
+            needs = {value: max((level[r] for r in reductions_read(self.graph, self.group, [value], level)),
+                                default=0) for value in full_outputs}
+            for at, names in enumerate(self.plan.passes, 1):
+                for name in names:
+                    if name not in self.plan.paired:
+                        continue
+                    self._reduce(self.graph[name], self.top)  # a Welford or online-softmax pair: its own loop
+                plain = [self.graph[name] for name in names if name not in self.plan.paired]
+                if plain:
+                    stored = [value for value in full_outputs if needs[value] < at]
+                    self._reduce_in_one_pass(plain, stored)
+                    full_outputs = [value for value in full_outputs if value not in stored]
             for value in row_outputs:
                 self._store(value, self.top)
             if full_outputs:

@@ -13,7 +13,7 @@ element is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fusionlab.codegen import online_softmax, welford
@@ -49,6 +49,8 @@ class KernelPlan:
     row_block: str = "XBLOCK"  # the rows' block (a matmul's epilogue walks BLOCK_M rows)
     column_block: str = "RBLOCK"  # the columns' block of a 2-D layout (BLOCK_N in a matmul's epilogue)
     online: tuple[tuple[str, str], ...] = ()  # (amax, the sum of exp(x - amax)) pairs sharing one loop
+    # a looped kernel's reductions by the pass over the rows that computes them (`reduction_passes`)
+    passes: tuple[tuple[str, ...], ...] = ()
 
     @property
     def reduction(self) -> bool:
@@ -74,6 +76,17 @@ class KernelPlan:
         return dict(self.welford)
 
     @property
+    def paired(self) -> set[str]:
+        """The reductions of Welford and online-softmax pairs (each pair has a loop of its own)."""
+        return {name for pairs in (self.welford, self.online) for pair in pairs for name in pair}
+
+    @property
+    def reduction_loops(self) -> int:
+        """The loops over each row that compute reductions: per pass, one per pair and one for the others."""
+        heads = {head for pairs in (self.welford, self.online) for head, _ in pairs}
+        return sum(len(heads.intersection(names)) + any(n not in self.paired for n in names) for names in self.passes)
+
+    @property
     def numels(self) -> tuple[str, ...]:
         return ("xnumel", "rnumel") if self.two_d else ("xnumel",)
 
@@ -86,7 +99,10 @@ class KernelPlan:
         if self.persistent:
             return "persistent reduction: each row stays in registers, one pass"
         if self.reduction:
-            looped = "looped reduction: one pass over each row per reduction, one more for the outputs"
+            loops = self.reduction_loops
+            looped = (f"looped reduction: {loops} pass{'es' if loops > 1 else ''} over each row for its reductions "
+                      "(those reading no other's result share one), outputs stored in the first that has what they "
+                      "read, else in one more")
             looped += "; a mean and the variance around it share one pass (Welford)" if self.welford else ""
             return looped + ("; a maximum and the sum of exponentials share one pass (online softmax)"
                              if self.online else "")
@@ -129,11 +145,54 @@ def plan_kernel(graph: Graph, group: FusionGroup, contiguous: set[str], force_lo
     heavy = sum(1 for n in group.nodes if graph[n].op in HEAVY_OPS and alignment(graph[n].type.shape, domain) == "full")
     heavy += max(0, sum(1 for o in group.outputs if alignment(graph[o].type.shape, domain) == "full") - 1)
     accumulators = 1
+    passes: tuple[tuple[str, ...], ...] = ()
     if reduction and not persistent:
-        accumulators = 3 if partners else 2 if online or any(graph[n].op in ("argmax", "argmin")
-                                                             for n in group.nodes) else 1
+        passes = reduction_passes(graph, group, {**partners, **online})
+        paired = {name for pairs in (partners, online) for pair in pairs.items() for name in pair}
+        shared = max((sum(2 if graph[n].op in ("argmax", "argmin") else 1 for n in names if n not in paired)
+                      for names in passes), default=1)
+        accumulators = max(3 if partners else 2 if online else 1, shared)
     return KernelPlan(kind, domain, layout, tiled, persistent, tuple(partners.items()), heavy, accumulators,
-                      online=tuple(online.items()))
+                      online=tuple(online.items()), passes=passes)
+
+
+def reduction_passes(graph: Graph, group: FusionGroup, paired: Mapping[str, str]) -> tuple[tuple[str, ...], ...]:
+    """A looped kernel's reductions by the pass over its rows that computes them: those that read no other
+    reduction's result in the first, those that read first-pass results in the second, and so on; a Welford or
+    online-softmax partner (`paired`: head -> partner) in its head's. A batch norm's backward sums the gradient
+    and the gradient times the normalised input in one pass (before, one pass each: a third more bytes read)."""
+    partner_of = {partner: head for head, partner in paired.items()}
+    level: dict[str, int] = {}
+    for name in group.nodes:
+        if graph[name].kind != "reduction":
+            continue
+        if name in partner_of and partner_of[name] in level:
+            level[name] = level[partner_of[name]]
+            continue
+        level[name] = 1 + max((level[r] for r in reductions_read(graph, group, graph[name].inputs, level)), default=0)
+    passes: list[list[str]] = [[] for _ in range(max(level.values(), default=0))]
+    for name, at in level.items():
+        passes[at - 1].append(name)
+    return tuple(tuple(names) for names in passes)
+
+
+def reductions_read(graph: Graph, group: FusionGroup, values: Sequence[str], reductions: Mapping[str, int]) -> set[str]:
+    """The reductions among `reductions` whose results `values` read, through the group's own nodes (and those it
+    recomputes); not through another reduction (its own pass covers what it reads)."""
+    members = set(group.nodes) | set(group.recomputed)
+    found: set[str] = set()
+    seen: set[str] = set()
+    work = list(values)
+    while work:
+        name = work.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in reductions:
+            found.add(name)
+        elif name in members:
+            work.extend(graph[name].inputs)
+    return found
 
 
 def _kept_contiguous(graph: Graph, group: FusionGroup, domain: Domain, contiguous: set[str],

@@ -1,6 +1,7 @@
 """Mean and variance in one pass (Welford's algorithm) for looped reductions.
 
-A looped kernel reads its rows once per reduction. A variance written out, `mean((x - mean(x))**2)` (and `var`,
+A looped kernel reads its rows once per pass, and a reduction that reads another's result needs a pass after it
+(codegen/plan.py: `reduction_passes`). A variance written out, `mean((x - mean(x))**2)` (and `var`,
 `std`, column statistics, batch-norm statistics after decomposition), is two reductions where the second depends
 on the first, so it costs two passes over the input. Welford's update keeps a running mean and sum of squared
 deviations per lane in the same loop; the lanes are combined at the end with the parallel formula (Chan et al.):
