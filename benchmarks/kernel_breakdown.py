@@ -2,6 +2,8 @@
 per `conv_layout`, profiled by torch.profiler; the kernels summed by name, the costliest first, with the total.
 
     python benchmarks/kernel_breakdown.py [MODEL] [inference|training] [LAYOUT ...]   # default: resnet50 training auto
+
+A LAYOUT of `inductor` profiles torch.compile's default mode (TorchInductor) the same way, for the comparison.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from fusionlab.measure.models import model_step
 def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
     model, inputs = models.build(name, "gpu", device=torch.device("cuda"), dtype=torch.bfloat16, train=train)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": layout})
+    compiled = torch.compile(model) if layout == "inductor" else \
+        torch.compile(model, backend="fusionlab", options={"conv_layout": layout})
     step = model_step(model, compiled, inputs, train)
     start = time.perf_counter()
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    print(f"\n## {name} {'training' if train else 'inference'}, conv_layout={layout!r} "
+    which = "Inductor" if layout == "inductor" else f"conv_layout={layout!r}"
+    print(f"\n## {name} {'training' if train else 'inference'}, {which} "
           f"(compile and 3 steps {time.perf_counter() - start:.0f} s)")
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()

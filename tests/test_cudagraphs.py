@@ -13,7 +13,7 @@ import torch
 
 import fusionlab as fl
 from fusionlab.dynamo_backend import _cudagraphs_option
-from fusionlab.runtime.cudagraphs import CudaGraphs, CudaGraphsError
+from fusionlab.runtime.cudagraphs import CudaGraphs, CudaGraphsError, _layout, layout_guard
 
 
 def gelu_bias(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -21,6 +21,39 @@ def gelu_bias(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 # -- the option, on any machine -----------------------------------------------------------------------
+def test_the_layout_guard_passes_only_layouts_python_finds_equal() -> None:
+    """A replay's inputs are matched to a captured graph by one C++ check (`layout_guard`); whatever it passes, the
+    Python comparison of sizes, strides and dtype passes too. Square shapes, where a transposed layout has the
+    captured sizes; and the check keeps no input alive."""
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    square, wide = torch.randn(6, 6), torch.randn(4, 6)
+    captured = [square, square.t(), wide, wide[:, ::2], torch.randn(2, 3, 4, 4).contiguous(
+        memory_format=torch.channels_last), torch.randn(5, dtype=torch.bfloat16)]
+    guard = layout_guard(captured)
+    assert guard is not None, "torch's tensor guards are missing: replays compare layouts in Python"
+    calls = [
+        [torch.randn(6, 6), torch.randn(6, 6).t(), torch.randn(4, 6), torch.randn(4, 6)[:, ::2],
+         torch.randn(2, 3, 4, 4).contiguous(memory_format=torch.channels_last), torch.randn(5, dtype=torch.bfloat16)],
+        [torch.randn(6, 6).t(), torch.randn(6, 6).t(), *captured[2:]],  # a transposed square input
+        [*captured[:3], torch.randn(4, 3), *captured[4:]],  # a slice's strides made dense
+        [*captured[:4], torch.randn(2, 3, 4, 4), captured[5]],  # channels-last made row-major
+        [*captured[:5], torch.randn(5)],  # another dtype
+        [*captured[:2], torch.randn(4, 7)[:, :6], *captured[3:]],  # same sizes, a longer row
+    ]
+    for number, call in enumerate(calls):
+        same = all(_layout(a) == _layout(b) for a, b in zip(call, captured, strict=True))
+        assert guard(*call) == same == (number == 0), number
+    value = torch.randn(3)
+    alive = weakref.ref(value)
+    held = layout_guard([value])
+    del value
+    gc.collect()
+    assert alive() is None and held is not None
+
+
 def test_explore_refuses_cpu_inputs_naming_the_device() -> None:
     with pytest.raises(CudaGraphsError, match=r"needs CUDA tensors: the example inputs are on cpu.*\.to\('cuda'\)"):
         fl.explore(gelu_bias, torch.randn(4, 8), torch.randn(8), cudagraphs=True)
@@ -118,6 +151,10 @@ def test_replays_equal_eager_and_keep_earlier_outputs() -> None:
         torch.testing.assert_close(output, gelu_bias(*call))
     assert ex.graphed.captures == 1 and ex.graphed.replays == 3
     assert outputs[0].data_ptr() != outputs[1].data_ptr()
+    # the calls were matched to the graph by the C++ layout check (torch has it on every version we support)
+    (entry,) = [entry for entries in ex.graphed.graphs.values() for entry in entries]
+    assert entry.guard is not None and entry.fits([*inputs[0]])
+    assert not entry.fits([inputs[0][0].t().contiguous().t(), inputs[0][1]])  # same sizes, column-major
 
 
 @pytest.mark.gpu

@@ -106,6 +106,22 @@ def _layout(value: Any) -> Any:
     return value
 
 
+def layout_guard(tensors: Sequence[torch.Tensor]) -> Callable[..., bool] | None:
+    """A check, in one C++ call, that tensors have the sizes, strides, dtype and device of `tensors` (and their
+    requires_grad and dispatch keys: Dynamo's tensor guards, which it ran per call in torch 2.0). What it passes,
+    `_layout` equality passes too; what it fails is checked again in Python. None where torch has no such check."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        build: Any = TensorGuards  # (its stub lacks the names torch's C++ asks for)
+        guards = build(*tensors, tensor_check_names=[f"input{i}" for i in range(len(tensors))],
+                       dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                       dynamic_dims_strides=[list(t.stride()) for t in tensors])
+    except (ImportError, TypeError, RuntimeError, SystemError):
+        return None
+    return guards.check  # type: ignore[no-any-return]
+
+
 @dataclass
 class _Graph:
     """One captured layout: the graph, the buffers it reads and writes, which inputs it reads in place."""
@@ -120,6 +136,11 @@ class _Graph:
     kept: tuple[_Storage, ...] = ()  # the graph memory the other outputs are handed out on (`kept_from`, `handed`)
     host_writes: tuple[tuple[int, int], ...] = ()  # (input, output) written after each replay (a copied input)
     graph_writes: tuple[int, ...] = ()  # inputs read in place that the replay writes (their versions are bumped)
+    # the positions a call's layouts are compared at (keyed tensors, then `checked`), in one C++ check where torch
+    # has one (`layout_guard`), and the keyed values that are no tensors
+    guarded: tuple[int, ...] = ()
+    guard: Callable[..., bool] | None = None
+    values: tuple[tuple[int, Any], ...] = ()
     # `in_place` as torch's C++ check takes it: every position's address (None: not read in place), the positions
     addresses: list[int | None] = field(init=False)
     positions: list[int] = field(init=False)
@@ -129,6 +150,11 @@ class _Graph:
         for position, address in self.in_place:
             self.addresses[position] = address
         self.positions = [position for position, _ in self.in_place]
+
+    def fits(self, tensors: list[Any]) -> bool:
+        """A call this graph replays for, by the fast check alone (False: ask the Python comparison)."""
+        return self.guard is not None and all(tensors[i] == value for i, value in self.values) \
+            and self.guard(*[tensors[i] for i in self.guarded]) and self.reads(tensors)
 
     def reads(self, tensors: list[Any]) -> bool:
         """Whether the inputs read in place are at the addresses captured (one C++ call where torch has it)."""
@@ -233,12 +259,15 @@ class CudaGraphs:
             return self._bypass(tensors)  # a replay would overwrite activations a pending backward still holds
         entry = None
         if self._keyed is not None and len(tensors) == self._arity:
-            key = tuple(_layout(tensors[i]) for i in self._keyed)
             listed = list(tensors)
-            for candidate in self.graphs.get(key, ()):
-                if candidate.reads(listed) and all(_layout(tensors[i]) == layout for i, layout in candidate.checked):
-                    entry = candidate
-                    break
+            entry = next((c for entries in self.graphs.values() for c in entries if c.fits(listed)), None)
+            if entry is None:  # compared in Python (what the C++ check refused, or where there is none)
+                key = tuple(_layout(tensors[i]) for i in self._keyed)
+                for candidate in self.graphs.get(key, ()):
+                    if candidate.reads(listed) and all(_layout(tensors[i]) == layout
+                                                       for i, layout in candidate.checked):
+                        entry = candidate
+                        break
         if entry is None and self._made_by_a_bypass(tensors):
             return self._bypass(tensors)  # activations a bypassed forward made on fresh memory: not graph memory
         if entry is None:
@@ -399,8 +428,11 @@ class CudaGraphs:
         # input) is not kept alive by this graph: its layout is checked on every call.
         buffers = [value if position in copied or position in self.static or isinstance(value, torch.nn.Parameter)
                    else None for position, value in enumerate(inputs)]
+        guarded = (*copied, *(position for position, _ in checked))
         entry = _Graph(graph, buffers, tuple(copied), tuple(in_place), tuple(checked), outputs, cloned, kept,
-                       tuple((i, j) for i, j in self.writes if i not in read), tuple(i for i, _ in captured))
+                       tuple((i, j) for i, j in self.writes if i not in read), tuple(i for i, _ in captured),
+                       guarded, layout_guard([tensors[i] for i in guarded]),
+                       tuple((i, tensors[i]) for i in keyed if not isinstance(tensors[i], torch.Tensor)))
         held.append(entry)
         self.captures += 1
         return entry

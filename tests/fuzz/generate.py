@@ -507,8 +507,10 @@ def generate(seed: int) -> Program:
         outputs.append(specs[0].name)
     mutated = _mutates_inputs(builder)
     extra = ("input_mutation",) if mutated else ()
+    # a third of the programs loop over every reduction's rows (drawn apart from `rng`: the programs stay the same)
+    looped = random.Random(seed * 7919 + 1).random() < 0.3
     return Program(seed, program.inputs, tuple(builder.statements), tuple(dict.fromkeys(outputs)), sizes, call_sizes,
-                   is_dynamic, runners, program.input_seed, extra)
+                   is_dynamic, runners, program.input_seed, extra, looped)
 
 
 def _mutates_inputs(builder: Builder) -> bool:

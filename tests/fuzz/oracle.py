@@ -163,7 +163,8 @@ def _run(program: Program, runner: str) -> Result:
     sets = program.size_sets
     if runner == "explore":
         try:
-            ex = fl.explore(fn, *program.make_inputs(sets[0]), dynamic=program.dynamic)
+            ex = fl.explore(fn, *program.make_inputs(sets[0]), dynamic=program.dynamic,
+                            looped_reductions=program.looped)
             ex.captured  # noqa: B018 - the capture stage, on its own, for the error's stage
         except Exception as error:  # noqa: BLE001 - classified
             return _failed(runner, "capture", error)

@@ -77,12 +77,15 @@ class Program:
     runners: tuple[str, ...] = ("explore",)
     input_seed: int = 0
     extra_features: tuple[str, ...] = field(default=())
+    looped: bool = False  # explore with looped_reductions=True: every reduction loops over its rows
 
     @property
     def features(self) -> tuple[str, ...]:
         found = {f for s in self.statements for f in s.features} | set(self.extra_features)
         if self.dynamic:
             found.add("dynamic")
+        if self.looped:
+            found.add("looped")
         return tuple(sorted(found))
 
     @property
@@ -128,7 +131,8 @@ class Program:
     def repro(self, runner: str, headline: str = "") -> str:
         """A standalone script that runs the program through fusionlab and eager and asserts they agree."""
         sizes = [dict(s) for s in self.size_sets]
-        call = (f"fl.explore(f, *inputs({sizes[0]}), dynamic={self.dynamic})" if runner == "explore"
+        looped = ", looped_reductions=True" if self.looped else ""
+        call = (f"fl.explore(f, *inputs({sizes[0]}), dynamic={self.dynamic}{looped})" if runner == "explore"
                 else f"torch.compile(f, backend='fusionlab'{', dynamic=True' if self.dynamic else ''})")
         lines = [f"# fuzz program {self.seed} ({runner}); features: {', '.join(self.features)}"]
         lines += [f"# {line}" for line in headline.splitlines()[:6]]
