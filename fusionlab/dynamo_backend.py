@@ -13,13 +13,17 @@ Every graph the backend compiles is kept, labelled, in `graphs` (the latest 64):
     >>> [g for g in fusionlab.dynamo_backend.graphs if g.role == "backward"][-1].exploration.show()
 
 When Dynamo recompiles with symbolic sizes (a second batch size), each new size gets its own exploration of the same
-graph, made on its first call (`BackendGraph.explorations`).
+graph, made on its first call (`BackendGraph.explorations`). A graph identical to one compiled before (the same aten
+code, inputs of the same sizes, strides and dtypes, the same options: Dynamo recompiles a model whose forward set a
+Python attribute on its first call, as Hugging Face's classification loss sets `config.problem_type`) reuses that
+graph's program instead of planning and compiling it again.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,13 +36,15 @@ from torch._dynamo.backends.registry import register_backend
 from fusionlab.capture import fill_template, output_values, strides_of
 from fusionlab.capture.masks import drop_empty_masks
 from fusionlab.decompose.layout import check_layout, output_strides
-from fusionlab.explore import Exploration, explore
+from fusionlab.explore import Exploration
 from fusionlab.runtime.cudagraphs import cudagraph_mode
 
 __all__ = ["BackendGraph", "backend", "compile_graph", "explorations", "forget", "graphs", "mark", "since"]
 
 #: the explorations the backend made, newest last (the latest 64)
 explorations: deque[Exploration] = deque(maxlen=64)
+# an exploration per identical graph (`_program_key`), while one is kept
+_programs: weakref.WeakValueDictionary[tuple[Any, ...], Exploration] = weakref.WeakValueDictionary()
 
 
 @dataclass
@@ -137,8 +143,10 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
     holds itself (constants made inside the function), which lead its inputs."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    key = _program_key(graph, args, cudagraphs, conv_layout)
     with torch._guards.tracing(None), unset_fake_temporarily():
-        ex = explore(graph.graph_module, *args, cudagraphs=cudagraphs, conv_layout=conv_layout)
+        ex = Exploration(graph.graph_module, tuple(args), {}, cudagraphs=cudagraphs, conv_layout=conv_layout,
+                         stages_of=_programs.get(key) if key is not None else None)
         ex.saved_outputs_from, ex.input_updates = graph.saved_outputs_from, graph.input_updates
         ex.eager_output_strides = _aot_output_strides(graph.graph_module)
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
@@ -148,8 +156,24 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
         # run_flat's positions: the constants, then the tensor arguments
         tensors = list(itertools.accumulate((isinstance(a, torch.Tensor) for a in args), initial=len(constants)))
         ex.static_inputs = tuple(tensors[i] for i in graph.static_inputs if isinstance(args[i], torch.Tensor))
+    if key is not None:
+        _programs[key] = ex
     explorations.append(ex)
     return ex, constants
+
+
+def _program_key(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str,
+                 conv_layout: str) -> tuple[Any, ...] | None:
+    """What makes two aten graphs one program: their code, role and AOTAutograd facts, each input's size, strides,
+    dtype, device and requires_grad (or value), and the options. None for a graph that holds tensors of its own
+    (`get_attr`: their values are not in its code)."""
+    nodes = graph.graph_module.graph.nodes
+    if any(node.op == "get_attr" for node in nodes):
+        return None
+    inputs = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor)
+                   else (type(a), a) for a in args)
+    return (graph.graph_module.code, graph.role, graph.saved_outputs_from, graph.input_updates, graph.static_inputs,
+            inputs, tuple(_aot_output_strides(graph.graph_module)), cudagraphs, conv_layout)
 
 
 def _aot_output_strides(graph_module: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:

@@ -50,7 +50,9 @@ class Exploration:
     """One function and its example inputs; each stage is computed on first use, once.
 
     `captured=` or `decomposed=` start it from stages made already (by another exploration of the same function
-    and options, as `with_fusion` does): those are reused, not computed again.
+    and options, as `with_fusion` does): those are reused, not computed again. `stages_of=` reuses every stage
+    another exploration has made, up to its compiled program (the backend's, for a graph identical to one it has
+    compiled: fusionlab.dynamo_backend).
 
         >>> again = Exploration(ex.fn, ex.example_args, ex.example_kwargs, decomposed=ex.decomposed, policy="none")
     """
@@ -59,7 +61,8 @@ class Exploration:
                  policy: str | Policy = "default", dynamic: bool = False, forbid: Sequence[tuple[str, str]] = (),
                  force: Sequence[tuple[str, str]] = (), looped_reductions: bool = False, autotune: bool = False,
                  matmul: str = "extern", cudagraphs: bool | str = False, conv_layout: str = "auto",
-                 captured: Captured | None = None, decomposed: Decomposed | None = None) -> None:
+                 captured: Captured | None = None, decomposed: Decomposed | None = None,
+                 stages_of: Exploration | None = None) -> None:
         self.fn = fn
         self.example_args = args
         self.example_kwargs = kwargs
@@ -97,6 +100,10 @@ class Exploration:
             vars(self)["decomposed"] = decomposed  # the cached_property's own slot: used as if computed here
         if captured is not None:
             vars(self)["captured"] = captured
+        if stages_of is not None:
+            for stage in ("captured", "decomposed", "fused", "generated", "compiled"):
+                if stage in vars(stages_of):  # (the cached_properties it has computed)
+                    vars(self)[stage] = vars(stages_of)[stage]
         self._checked: set[tuple[Any, ...]] = set()
         # A plain function of positional tensors (no module, no closure state): calls need no pytree flattening.
         self._plain_call = (not isinstance(fn, torch.nn.Module) and not kwargs

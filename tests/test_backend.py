@@ -120,3 +120,52 @@ def test_batch_norm_statistics_are_written_by_fusionlab_and_parameters_marked_st
     shapes = [tuple(n.meta["val"].shape) for n in forward.graph_module.graph.nodes if n.op == "placeholder"]
     assert sorted(ex.static_inputs) == [i for i, shape in enumerate(shapes) if shape != (5, 6)], shapes
     torch._dynamo.reset()
+
+
+class _SetsAnAttributeOnItsFirstCall(nn.Module):
+    """As Hugging Face's classification loss sets `config.problem_type` on its first call: Dynamo's guard on the
+    attribute fails on the second call, and it recompiles the same graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.kind: str | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind is None:
+            self.kind = "regression"
+        return torch.tanh(self.linear(x)).square().mean()
+
+
+def test_a_recompiled_identical_graph_reuses_the_program() -> None:
+    """The second graph's forward and backward take the first's programs (no second plan, no second compile), and
+    gradients stay eager's; a graph of other code, or of another input layout, gets its own."""
+    torch.manual_seed(0)
+    model, x = _SetsAnAttributeOnItsFirstCall(), torch.randn(4, 8)
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    before = dynamo_backend.mark()
+    compiled = torch.compile(model, backend="fusionlab")
+    for _ in range(2):
+        model.zero_grad()
+        twin.zero_grad()
+        compiled(x).backward()
+        twin(x).backward()
+        for got, want in zip(model.parameters(), twin.parameters(), strict=True):
+            torch.testing.assert_close(got.grad, want.grad)
+    graphs = dynamo_backend.since(before)
+    assert [g.role for g in graphs] == ["forward", "backward"] * 2
+    assert graphs[0].index == graphs[1].index != graphs[2].index == graphs[3].index  # Dynamo recompiled
+    first, second = graphs[:2], graphs[2:]
+    for one, two in zip(first, second, strict=True):
+        assert two.exploration.compiled is one.exploration.compiled, two.role
+        assert two.exploration.fn is two.graph_module and two.exploration.fn is not one.graph_module
+    # other code (relu, not tanh), and the same code on a column-major input: programs of their own
+    other = torch.compile(lambda t: torch.relu(t).sum(), backend="fusionlab")
+    other(x)
+    transposed = torch.compile(lambda t: torch.tanh(t).sum(), backend="fusionlab")
+    transposed(x)
+    transposed(x.t().contiguous().t())
+    made = [g.exploration.compiled for g in dynamo_backend.since(before)]
+    assert len({id(program) for program in made[4:]}) == len(made[4:]) == 3
+    torch._dynamo.reset()
