@@ -137,16 +137,17 @@ class _SetsAnAttributeOnItsFirstCall(nn.Module):
         return torch.tanh(self.linear(x)).square().mean()
 
 
-def test_a_recompiled_identical_graph_reuses_the_program() -> None:
+def test_a_recompiled_identical_graph_reuses_the_program(device: str) -> None:
     """The second graph's forward and backward take the first's programs (no second plan, no second compile), and
-    gradients stay eager's; a graph of other code, or of another input layout, gets its own."""
+    gradients stay eager's (on CUDA replayed from CUDA graphs, each graph capturing its own); a graph of other code,
+    or of another input layout, gets its own."""
     torch.manual_seed(0)
-    model, x = _SetsAnAttributeOnItsFirstCall(), torch.randn(4, 8)
+    model, x = _SetsAnAttributeOnItsFirstCall().to(device), torch.randn(4, 8, device=device)
     twin = copy.deepcopy(model)
     torch._dynamo.reset()
     before = dynamo_backend.mark()
-    compiled = torch.compile(model, backend="fusionlab")
-    for _ in range(2):
+    compiled = torch.compile(model, backend="fusionlab", options={"cudagraphs": device == "cuda"})
+    for _ in range(4):
         model.zero_grad()
         twin.zero_grad()
         compiled(x).backward()
