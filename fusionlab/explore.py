@@ -314,8 +314,9 @@ def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy =
     `"extern"` runs them in cuBLAS between kernels. `cudagraphs=True` (CUDA only) replays each call from a CUDA graph
     captured per input layout and returns copies of the outputs; `cudagraphs="overwrite"` returns the graph's own
     output memory, overwritten by the next call (fusionlab.runtime.cudagraphs). `conv_layout="auto"` runs 2-D
-    convolutions on CUDA in channels-last order, the kernels around them storing their values so, and through the
-    backend in training also the saved activations and the convolutions' backwards (decompose/layout.py);
+    convolutions on CUDA in channels-last order, the kernels around them storing their values so, and in a training
+    step's graphs (the backend's forward and backward, or any graph with a convolution backward) also the saved
+    activations and the convolutions' backwards (decompose/layout.py: `in_training`);
     `"channels_last"` does it on every device; `"as_traced"` keeps the layouts eager gives.
     Keyword arguments of `fn` go after the inputs (`explore(fn, x, scale=2.0)`), or in `kwargs={...}` where one is
     named like an option of explore."""

@@ -9,8 +9,8 @@
 - `recorded_kernels(workload)`: the per-kernel times measured on the H200 and shipped with fusionlab.
 
     >>> passes = row_passes(fl.explore(softmax, x, looped_reductions=True).generated.kernels[0])
-    >>> passes.reads, passes.writes
-    (3, 1)
+    >>> passes.reads, passes.writes    # the maximum and the sum of exponentials in one loop, then the outputs
+    (2, 1)
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class RowPass:
 class RowPasses:
     """The passes a kernel makes over each row (a loop over the row is one pass; a persistent kernel makes one).
 
-    Example: `row_passes(looped.generated.kernels[0])` -> 3 passes, reads x three times, writes once.
+    Example: `row_passes(looped.generated.kernels[0])` of a looped softmax -> 2 passes, reads x twice, writes once.
     """
 
     kernel: str

@@ -6,10 +6,11 @@ dimension]); reduction kernels a 2-D tile of [XBLOCK rows, RBLOCK reduced elemen
 copies. Sizes and strides are kernel arguments: no size is baked into the source.
 
 Reductions are *persistent* (the whole row in registers, one pass) or *looped*: one loop over the row per pass of
-`plan.passes` (the reductions that read no other's result share one: a batch norm's backward sums the gradient and
-the gradient times the normalised input in one), a mean and the variance around it in one loop of their own (see
-codegen/welford.py); each output is stored in the first loop that has what it reads, or in one more after them. Each
-op's identity, loop step and row reduction come from the tables in codegen/reductions.py.
+`plan.passes` for its plain reductions (those that read no other's result share one: a batch norm's backward sums the
+gradient and the gradient times the normalised input in one), and one per Welford or online-softmax pair (a mean and
+the variance around it: codegen/welford.py); a full-size output is stored in the loop of plain reductions
+`plan.stores` gives it (the first after what it reads), else in one more after them. Each op's identity, loop step
+and row reduction come from the tables in codegen/reductions.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from fusionlab.codegen import online_softmax, reductions, welford
 from fusionlab.codegen.dtypes import HALF_DTYPES, TRITON_DTYPES, convert, literal
 from fusionlab.codegen.indexing import IndexWriter, KernelArgument, Rolled, Shift, bounds_mask
 from fusionlab.codegen.kinds import KernelKind
-from fusionlab.codegen.plan import KernelPlan, reductions_read
+from fusionlab.codegen.plan import KernelPlan
 from fusionlab.codegen.provenance import module_comments
 from fusionlab.decompose import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE, compute_dtype
 from fusionlab.decompose.primitives import INDEXED
@@ -334,6 +335,9 @@ class KernelWriter(IndexWriter):
     def _reduce(self, node: Node, scope: _Scope) -> str:
         if node.name in self.globals:
             return self.globals[node.name]
+        if not self.plan.persistent and node.name not in self.welford and node.name not in self.online:
+            self._reduce_in_one_pass([node])
+            return self.globals[node.name]
         source = self.graph[node.inputs[0]]
         accumulate = compute_dtype(source.type.dtype)
         tl_type = TRITON_DTYPES[accumulate]
@@ -350,11 +354,8 @@ class KernelWriter(IndexWriter):
                 lines.append(f"    {result} = {reductions.ROW_REDUCE[node.op].format(masked)}")
         elif node.name in self.welford:
             self._welford(node, source, result, tl_type)
-        elif node.name in self.online:
-            self._online_softmax(node, source, result, tl_type)
         else:
-            self._reduce_in_one_pass([node])
-            return self.globals[node.name]
+            self._online_softmax(node, source, result, tl_type)
         self.globals[node.name] = result
         return result
 
@@ -487,20 +488,15 @@ class KernelWriter(IndexWriter):
             for value in outputs:
                 self._store(value, self.top)
         else:
-            # A full-size output is stored in the first pass after those whose results it reads (plan.passes)
-            level = {name: at for at, names in enumerate(self.plan.passes, 1) for name in names}
-            needs = {value: max((level[r] for r in reductions_read(self.graph, self.group, [value], level)),
-                                default=0) for value in full_outputs}
-            for at, names in enumerate(self.plan.passes, 1):
-                for name in names:
-                    if name not in self.plan.paired:
-                        continue
-                    self._reduce(self.graph[name], self.top)  # a Welford or online-softmax pair: its own loop
+            for names, stored in zip(self.plan.passes, self.plan.stores, strict=True):
+                for name in names:  # a Welford or online-softmax pair: a loop of its own
+                    if name in self.plan.paired:
+                        self._reduce(self.graph[name], self.top)
                 plain = [self.graph[name] for name in names if name not in self.plan.paired]
-                if plain:
-                    stored = [value for value in full_outputs if needs[value] < at]
+                if plain:  # the rest in one loop, with the outputs the plan stores there
                     self._reduce_in_one_pass(plain, stored)
-                    full_outputs = [value for value in full_outputs if value not in stored]
+            done = {value for stored in self.plan.stores for value in stored}
+            full_outputs = [value for value in full_outputs if value not in done]
             for value in row_outputs:
                 self._store(value, self.top)
             if full_outputs:

@@ -49,8 +49,10 @@ class KernelPlan:
     row_block: str = "XBLOCK"  # the rows' block (a matmul's epilogue walks BLOCK_M rows)
     column_block: str = "RBLOCK"  # the columns' block of a 2-D layout (BLOCK_N in a matmul's epilogue)
     online: tuple[tuple[str, str], ...] = ()  # (amax, the sum of exp(x - amax)) pairs sharing one loop
-    # a looped kernel's reductions by the pass over the rows that computes them (`reduction_passes`)
+    # a looped kernel's reductions by the pass over the rows that computes them (`reduction_passes`), and the
+    # full-size outputs each pass's loop of plain reductions stores (`output_stores`; the rest: one loop after them)
     passes: tuple[tuple[str, ...], ...] = ()
+    stores: tuple[tuple[str, ...], ...] = ()
 
     @property
     def reduction(self) -> bool:
@@ -101,8 +103,8 @@ class KernelPlan:
         if self.reduction:
             loops = self.reduction_loops
             looped = (f"looped reduction: {loops} pass{'es' if loops > 1 else ''} over each row for its reductions "
-                      "(those reading no other's result share one), outputs stored in the first that has what they "
-                      "read, else in one more")
+                      "(those reading no other's result share one), each output stored in the first of them after "
+                      "what it reads, else in one more")
             looped += "; a mean and the variance around it share one pass (Welford)" if self.welford else ""
             return looped + ("; a maximum and the sum of exponentials share one pass (online softmax)"
                              if self.online else "")
@@ -146,14 +148,36 @@ def plan_kernel(graph: Graph, group: FusionGroup, contiguous: set[str], force_lo
     heavy += max(0, sum(1 for o in group.outputs if alignment(graph[o].type.shape, domain) == "full") - 1)
     accumulators = 1
     passes: tuple[tuple[str, ...], ...] = ()
+    stores: tuple[tuple[str, ...], ...] = ()
     if reduction and not persistent:
         passes = reduction_passes(graph, group, {**partners, **online})
         paired = {name for pairs in (partners, online) for pair in pairs.items() for name in pair}
+        stores = output_stores(graph, group, passes, paired)
         shared = max((sum(2 if graph[n].op in ("argmax", "argmin") else 1 for n in names if n not in paired)
                       for names in passes), default=1)
         accumulators = max(3 if partners else 2 if online else 1, shared)
     return KernelPlan(kind, domain, layout, tiled, persistent, tuple(partners.items()), heavy, accumulators,
-                      online=tuple(online.items()), passes=passes)
+                      online=tuple(online.items()), passes=passes, stores=stores)
+
+
+def output_stores(graph: Graph, group: FusionGroup, passes: Sequence[Sequence[str]],
+                  paired: set[str]) -> tuple[tuple[str, ...], ...]:
+    """Per pass, the group's full-size outputs its loop of plain reductions stores: each in the first such loop after
+    the passes whose results it reads (a Welford or online-softmax pair's loop stores none). The relu mask of a
+    batch norm's backward is stored in the loop of its sums."""
+    level = {name: at for at, names in enumerate(passes, 1) for name in names}
+    domain = group.domain
+    assert domain is not None
+    waiting = {value: max((level[r] for r in reductions_read(graph, group, [value], level)), default=0)
+               for value in group.outputs if alignment(graph[value].type.shape, domain) != "row"}
+    stores: list[tuple[str, ...]] = []
+    for at, names in enumerate(passes, 1):
+        here = tuple(value for value, needs in waiting.items() if needs < at) \
+            if any(name not in paired for name in names) else ()
+        stores.append(here)
+        for value in here:
+            del waiting[value]
+    return tuple(stores)
 
 
 def reduction_passes(graph: Graph, group: FusionGroup, paired: Mapping[str, str]) -> tuple[tuple[str, ...], ...]:

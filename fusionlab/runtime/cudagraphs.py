@@ -153,7 +153,8 @@ class _Graph:
 
     def fits(self, tensors: list[Any]) -> bool:
         """A call this graph replays for, by the fast check alone (False: ask the Python comparison)."""
-        return self.guard is not None and all(tensors[i] == value for i, value in self.values) \
+        return self.guard is not None and all(type(tensors[i]) is type(value) and tensors[i] == value
+                                              for i, value in self.values) \
             and self.guard(*[tensors[i] for i in self.guarded]) and self.reads(tensors)
 
     def reads(self, tensors: list[Any]) -> bool:

@@ -16,6 +16,7 @@ Outcomes:
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import re
 import traceback
@@ -30,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import fusionlab as fl
 from fusionlab.compare import LOOSEST_FIRST, computed_through, tolerance
+from fusionlab.runtime import config as launch_config
 from tests.fuzz.program import Program
 
 OUTCOMES = ("pass", "refused", "wrong", "crashed")
@@ -149,13 +151,35 @@ def _failed(runner: str, stage: str, error: BaseException) -> Result:
 def run(program: Program, runner: str) -> Result:
     """`runner` is "explore" (fl.explore, then calls at every size) or "compile" (torch.compile, backend
     "fusionlab")."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _short_loops(program.looped and runner == "explore"):
         warnings.simplefilter("ignore")
         try:
             return _run(program, runner)
         finally:
             if runner == "compile":
                 torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def _short_loops(on: bool) -> Iterator[None]:
+    """A looped program's loops take 2 elements a step under the interpreter (its own blocks hold a fuzz row whole,
+    so each loop would run once and an error carried from one step to the next could not show)."""
+    if not on:
+        yield
+        return
+    chosen = launch_config._interpreter
+
+    def short(shape: launch_config.KernelShape) -> launch_config.BlockConfig:
+        config = chosen(shape)
+        if shape.kind in ("reduction", "outer_reduction") and not shape.persistent:
+            return launch_config.BlockConfig(config.XBLOCK, min(config.RBLOCK, 2), config.num_warps)
+        return config
+
+    launch_config._interpreter = short
+    try:
+        yield
+    finally:
+        launch_config._interpreter = chosen
 
 
 def _run(program: Program, runner: str) -> Result:

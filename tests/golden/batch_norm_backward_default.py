@@ -3,7 +3,7 @@ def reduction_0_gt_copy_where_sub_mul_sum_div(in_x, in_g, in_mean, in_rstd, in_w
     # primitives: gt, copy, where, sub, mul, sum, mul, sum, div, sub, mul, div, sub, mul, mul
     # reads 2432 bytes: x (float32[8, 32]), g (float32[8, 32]), mean (float32[32]), rstd (float32[32]), w (float32[32])
     # writes 1536 bytes: gt (bool[8, 32]), sum (float32[32]), sum_1 (float32[32]), mul_4 (float32[8, 32])
-    # looped reduction: 1 pass over each row for its reductions (those reading no other's result share one), outputs stored in the first that has what they read, else in one more
+    # looped reduction: 1 pass over each row for its reductions (those reading no other's result share one), each output stored in the first of them after what it reads, else in one more
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     d1 = xindex

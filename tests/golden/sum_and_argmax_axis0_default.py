@@ -3,7 +3,7 @@ def reduction_0_sum_argmax_amax(in_x, out_sum, out_argmax, out_amax, stride_x_0,
     # primitives: sum, argmax, amax
     # reads 1024 bytes: x (float32[8, 32])
     # writes 512 bytes: sum (float32[32]), argmax (int64[32]), amax (float32[32])
-    # looped reduction: 1 pass over each row for its reductions (those reading no other's result share one), outputs stored in the first that has what they read, else in one more
+    # looped reduction: 1 pass over each row for its reductions (those reading no other's result share one), each output stored in the first of them after what it reads, else in one more
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = tl.full([XBLOCK, 1], True, tl.int1) if EVEN_X else xindex < xnumel
     d1 = xindex
