@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import register_backend
 
@@ -98,6 +99,7 @@ def forget() -> None:
     graphs.clear()
     explorations.clear()
     _serials.clear()
+    _programs.clear()
 
 
 def since(count: int) -> list[BackendGraph]:
@@ -164,16 +166,31 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
 
 def _program_key(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str,
                  conv_layout: str) -> tuple[Any, ...] | None:
-    """What makes two aten graphs one program: their code, role and AOTAutograd facts, each input's size, strides,
-    dtype, device and requires_grad (or value), and the options. None for a graph that holds tensors of its own
-    (`get_attr`: their values are not in its code)."""
+    """What makes two aten graphs one program: their code, every node's traced dtype, sizes and strides (the code
+    does not print them: `a / b` of integers is float32 or float64 by the default dtype), the default dtype, role and
+    AOTAutograd facts, each input's size, strides, dtype, device and requires_grad (or value), and the options. None
+    for a graph whose code does not say all it runs (`get_attr` of its own tensors, `call_module` of a submodule) or
+    whose facts do not hash."""
     nodes = graph.graph_module.graph.nodes
-    if any(node.op == "get_attr" for node in nodes):
+    if any(node.op in ("get_attr", "call_module") for node in nodes):
         return None
     inputs = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor)
                    else (type(a), a) for a in args)
-    return (graph.graph_module.code, graph.role, graph.saved_outputs_from, graph.input_updates, graph.static_inputs,
-            inputs, tuple(_aot_output_strides(graph.graph_module)), cudagraphs, conv_layout)
+    key = (graph.graph_module.code, tuple(_traced_types(node) for node in nodes), torch.get_default_dtype(),
+           graph.role, graph.saved_outputs_from, graph.input_updates, graph.static_inputs, inputs,
+           tuple(_aot_output_strides(graph.graph_module)), cudagraphs, conv_layout)
+    try:
+        hash(key)
+    except TypeError:  # (a symbolic float among the inputs, say)
+        return None
+    return key
+
+
+def _traced_types(node: torch.fx.Node) -> tuple[Any, ...]:
+    """A node's traced values as dtype, sizes and strides (symbolic ones by their expression)."""
+    return tuple((v.dtype, v.layout, tuple(map(str, v.shape)),
+                  tuple(map(str, v.stride())) if v.layout == torch.strided else ())
+                 if isinstance(v, torch.Tensor) else type(v).__name__ for v in pytree.tree_leaves(node.meta.get("val")))
 
 
 def _aot_output_strides(graph_module: torch.fx.GraphModule) -> list[tuple[int, ...] | None]:

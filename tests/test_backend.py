@@ -170,3 +170,26 @@ def test_a_recompiled_identical_graph_reuses_the_program(device: str) -> None:
     made = [g.exploration.compiled for g in dynamo_backend.since(before)]
     assert len({id(program) for program in made[4:]}) == len(made[4:]) == 3
     torch._dynamo.reset()
+
+
+def test_a_graph_of_the_same_code_traced_to_other_dtypes_gets_its_own_program() -> None:
+    """`a / b` of integers prints the same code whatever the default dtype, but is float32 or float64 by it: the
+    second function, compiled under float64, must not take the first one's float32 program."""
+    def first(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a / b
+
+    def second(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a / b
+
+    a, b = torch.arange(1, 5), torch.arange(2, 6)
+    torch._dynamo.reset()
+    assert torch.compile(first, backend="fusionlab")(a, b).dtype == torch.float32
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got = torch.compile(second, backend="fusionlab")(a, b)
+        assert got.dtype == torch.float64, got.dtype
+        torch.testing.assert_close(got, a / b)
+    finally:
+        torch.set_default_dtype(default)
+        torch._dynamo.reset()

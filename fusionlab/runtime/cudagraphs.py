@@ -103,7 +103,7 @@ def refuse_cpu(tensors: Iterable[Any], what: str) -> None:
 def _layout(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return (value.shape, value.stride(), value.dtype)
-    return value
+    return (type(value), value)  # (True is not 1 here, as the C++ check's path has it)
 
 
 def layout_guard(tensors: Sequence[torch.Tensor]) -> Callable[..., bool] | None:

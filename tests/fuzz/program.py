@@ -136,8 +136,10 @@ class Program:
                 else f"torch.compile(f, backend='fusionlab'{', dynamic=True' if self.dynamic else ''})")
         lines = [f"# fuzz program {self.seed} ({runner}); features: {', '.join(self.features)}"]
         lines += [f"# {line}" for line in headline.splitlines()[:6]]
-        lines += ["import torch", "import torch.nn.functional as F", "", "import fusionlab as fl", "", "",
-                  self.source(), "", "def inputs(sizes):"]
+        lines += ["import torch", "import torch.nn.functional as F", "", "import fusionlab as fl"]
+        if self.looped and runner == "explore":  # the oracle's 2-element loop steps (run from the repository's root)
+            lines += ["from tests.fuzz.oracle import _short_loops", "", "_short_loops(True).__enter__()"]
+        lines += ["", "", self.source(), "", "def inputs(sizes):"]
         lines += [f"    {line}" for line in _symbolic_input_lines(self)]
         lines += [f"    return [{', '.join(s.name for s in self.inputs)}]", "", "",
                   "TOL = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 2e-2), torch.float32: (1e-4, 1e-4),",
