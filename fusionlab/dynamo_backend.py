@@ -14,9 +14,9 @@ Every graph the backend compiles is kept, labelled, in `graphs` (the latest 64):
 
 When Dynamo recompiles with symbolic sizes (a second batch size), each new size gets its own exploration of the same
 graph, made on its first call (`BackendGraph.explorations`). A graph identical to one compiled before (the same aten
-code, inputs of the same sizes, strides and dtypes, the same options: Dynamo recompiles a model whose forward set a
-Python attribute on its first call, as Hugging Face's classification loss sets `config.problem_type`) reuses that
-graph's program instead of planning and compiling it again.
+code traced to the same dtypes and sizes, inputs of the same sizes, strides and dtypes, the same options: Dynamo
+recompiles a model whose forward set a Python attribute on its first call, as Hugging Face's classification loss
+sets `config.problem_type`) reuses that graph's program instead of planning and compiling it again.
 """
 
 from __future__ import annotations
