@@ -206,6 +206,26 @@ def test_a_residual_networks_backward_keeps_every_activation_channels_last() -> 
     torch._dynamo.reset()
 
 
+def test_a_residual_chains_gradient_is_stored_once_not_recomputed_down_the_chain() -> None:
+    """The gradient a residual block hands back (relu's mask of the sum of its branches' gradients) is read by the
+    next block's batch-norm backward kernels through its channels-last view. Stored once, it is read once per
+    reader; recomputed, each reader would read every convolution gradient of the chain before it (ResNet-50's
+    backward read 12.5 GB in float32 so, 9.8 once stored: fusion/recompute.py follows the view to its readers).
+    No kernel reads more than two convolution gradients, however long the chain."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          *(_Residual(8) for _ in range(4)), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    backward = _channels_last_training_step(model, torch.randn(3, 3, 6, 6))
+    graph = backward.decomposed.graph
+    backwards = {n.name for n in graph.nodes
+                 if n.kind == "extern" and n.param("target") is torch.ops.aten.convolution_backward.default}
+    gradients = backwards | {n.name for n in graph.nodes if n.op == "output_of" and n.inputs[0] in backwards}
+    read = {g.name: len(gradients.intersection(g.inputs)) for g in backward.fused.groups
+            if g.kind in ("pointwise", "reduction")}
+    assert max(read.values()) <= 2, read
+    torch._dynamo.reset()
+
+
 def test_training_through_the_backend_in_channels_last(device: str) -> None:
     """A training step through torch.compile with conv_layout='channels_last' (on CUDA: the default, "auto"): loss
     and every gradient as eager's."""
