@@ -12,7 +12,9 @@ before it (`nchwToNhwc` kernels) and its result after it: on an H200, ResNet-50'
 - An input no kernel computes (a graph input, a pooling op's result) goes through `aten.contiguous(memory_format=
   channels_last)`, which returns it as it is when it is channels-last already: a pooling op keeps its input's layout,
   so the input of a pooling op is stored channels-last like a convolution's.
-- The weight the same way: a copy per call, as Inductor's (parameters may change between calls).
+- The weight the same way: a copy per call, as Inductor's (parameters may change between calls). In training the
+  forward saves that copy for the backward, in place of the weight (and the image's copy, in place of the image):
+  the backward converts neither again.
 
 A convolution of a channels-last input returns a channels-last result; its type says so, so that no later step takes
 it for a dense row-major tensor (kernels read it with the strides it has at run time). Grouped and transposed
@@ -281,10 +283,23 @@ class _Rewrite:
             nodes.append(self._redirected(self.replaced.get(node.name, node)))
             nodes.extend(n if n.name in self.reads_original else self._redirected(n)
                          for n in self.after.get(node.name, []))
-        outputs = tuple(self.redirect.get(name, name) if name not in self.visible else name
+        outputs = tuple(name if name in self.visible else self.redirect.get(name) or self._kept_converted(name)
                         for name in self.source.outputs)
         nodes, outputs = self._weight_gradients(nodes, outputs)
         return Graph(self.source.inputs, tuple(self._restored(nodes)), outputs, self.source.hints)
+
+    def _kept_converted(self, name: str) -> str:
+        """For a saved activation that is a graph input this graph converts by a copy (a 3x3 convolution's weight,
+        the image), the copy: the backward graph gets it channels-last (`output_strides`) and converts nothing
+        again. Where the conversion may copy nothing (one channel, a 1x1 kernel, an input traced channels-last),
+        the input itself."""
+        converted = self.converted.get(name)
+        node = self.source[name]
+        shape = node.type.shape
+        copies = self.training and converted is not None and node.kind == "input" and node.type.rank == 4 \
+            and all(isinstance(d, int) for d in shape) and shape[1] > 1 and shape[2] * shape[3] > 1 \
+            and node.type.strides is not None and tuple(node.type.strides) == tuple(contiguous_strides(shape))
+        return converted if copies and converted is not None else name
 
     def _weight_gradients(self, nodes: list[Node], outputs: tuple[str, ...]) -> tuple[list[Node], tuple[str, ...]]:
         """A converted convolution's backward returns the weight's gradient channels-last: the caller gets it as
