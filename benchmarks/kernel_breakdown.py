@@ -3,11 +3,15 @@ per `conv_layout`, profiled by torch.profiler; the kernels summed by name, the c
 
     python benchmarks/kernel_breakdown.py [MODEL] [inference|training] [LAYOUT ...]   # default: resnet50 training auto
 
-A LAYOUT of `inductor` profiles torch.compile's default mode (TorchInductor) the same way, for the comparison.
+A LAYOUT of `inductor` profiles torch.compile's default mode (TorchInductor) the same way, for the comparison. The
+kernels are also summed by kind (generated, convolution, matrix product, ATen); with KERNELS_CSV=DIR every kernel is
+written to DIR/kernels-MODEL-MODE-LAYOUT.csv.
 """
 
 from __future__ import annotations
 
+import csv
+import os
 import sys
 import time
 from collections import defaultdict
@@ -44,8 +48,37 @@ def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
     whole = sum(t for _, t in totals.values())
     print(f"GPU time {whole / 1e3:.2f} ms in {sum(int(c) for c, _ in totals.values())} kernels")
     print("| ms | share | calls | kernel |\n|---|---|---|---|")
-    for kernel, (count, total) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]:
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])
+    for kernel, (count, total) in ranked[:top]:
         print(f"| {total / 1e3:.3f} | {100 * total / whole:.1f}% | {int(count)} | `{kernel}` |")
+    kinds: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for kernel, (count, total) in ranked:
+        kinds[_kind(kernel)][0] += count
+        kinds[_kind(kernel)][1] += total
+    print("\n| kind | ms | kernels |\n|---|---|---|")
+    for kind, (count, total) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {kind} | {total / 1e3:.3f} | {int(count)} |")
+    folder = os.environ.get("KERNELS_CSV")
+    if folder:  # every kernel, for a closer look than the table's
+        with open(os.path.join(folder, f"kernels-{name}-{'training' if train else 'inference'}-{layout}.csv"),
+                  "w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(["kernel", "kind", "calls", "us"])
+            writer.writerows([kernel, _kind(kernel), int(count), round(total, 2)] for kernel, (count, total) in ranked)
+
+
+def _kind(kernel: str) -> str:
+    """A kernel's kind by its name: generated (fusionlab's or Inductor's Triton), convolution, matrix product,
+    ATen's elementwise copies, or other ATen kernels."""
+    if kernel.startswith(("triton_", "pointwise_", "reduction_", "matmul_", "persistent_")):
+        return "generated (Triton)"
+    if any(word in kernel for word in ("conv", "xmma", "cudnn", "implicit_gemm")):
+        return "convolution"
+    if any(word in kernel for word in ("nvjet", "gemm", "cublas", "splitKreduce")):
+        return "matrix product"
+    if "elementwise_kernel" in kernel:
+        return "ATen elementwise"
+    return "other ATen"
 
 
 def main() -> None:
