@@ -145,12 +145,13 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
     holds itself (constants made inside the function), which lead its inputs."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    key = _program_key(graph, args, cudagraphs, conv_layout)
+    eager_strides = _aot_output_strides(graph.graph_module)
+    key = _program_key(graph, args, cudagraphs, conv_layout, eager_strides)
     with torch._guards.tracing(None), unset_fake_temporarily():
         ex = Exploration(graph.graph_module, tuple(args), {}, cudagraphs=cudagraphs, conv_layout=conv_layout,
                          stages_of=_programs.get(key) if key is not None else None)
         ex.saved_outputs_from, ex.input_updates = graph.saved_outputs_from, graph.input_updates
-        ex.eager_output_strides = _aot_output_strides(graph.graph_module)
+        ex.eager_output_strides = eager_strides
         ex.compiled  # noqa: B018 - generate and build now, not inside the first training step
         ex.release_examples()  # the stand-ins: as large as the graph's inputs, and uninitialised anyway
         held = ex.captured.result.state.named() if ex.captured.result.state is not None else {}
@@ -164,13 +165,13 @@ def _explore(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str = 
     return ex, constants
 
 
-def _program_key(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str,
-                 conv_layout: str) -> tuple[Any, ...] | None:
+def _program_key(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | str, conv_layout: str,
+                 eager_strides: Sequence[tuple[int, ...] | None]) -> tuple[Any, ...] | None:
     """What makes two aten graphs one program: their code, every node's traced dtype, sizes and strides (the code
     does not print them: `a / b` of integers is float32 or float64 by the default dtype), the default dtype, role and
     AOTAutograd facts, each input's size, strides, dtype, device and requires_grad (or value), and the options. None
     for a graph whose code does not say all it runs (`get_attr` of its own tensors, `call_module` of a submodule) or
-    whose facts do not hash."""
+    whose facts do not hash. `eager_strides`: its outputs' strides as AOTAutograd traced them."""
     nodes = graph.graph_module.graph.nodes
     if any(node.op in ("get_attr", "call_module") for node in nodes):
         return None
@@ -178,7 +179,7 @@ def _program_key(graph: BackendGraph, args: Sequence[Any], cudagraphs: bool | st
                    else (type(a), a) for a in args)
     key = (graph.graph_module.code, tuple(_traced_types(node) for node in nodes), torch.get_default_dtype(),
            graph.role, graph.saved_outputs_from, graph.input_updates, graph.static_inputs, inputs,
-           tuple(_aot_output_strides(graph.graph_module)), cudagraphs, conv_layout)
+           tuple(eager_strides), cudagraphs, conv_layout)
     try:
         hash(key)
     except TypeError:  # (a symbolic float among the inputs, say)

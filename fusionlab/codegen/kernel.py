@@ -10,22 +10,23 @@ Reductions are *persistent* (the whole row in registers, one pass) or *looped*: 
 gradient and the gradient times the normalised input in one), and one per Welford or online-softmax pair (a mean and
 the variance around it: codegen/welford.py); a full-size output is stored in the loop of plain reductions
 `plan.stores` gives it (the first after what it reads), else in one more after them. Each op's identity, loop step
-and row reduction come from the tables in codegen/reductions.py.
+and row reduction come from the tables in codegen/reductions.py; the reductions' lines and loops are written by
+codegen/reduction_loops.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
-from fusionlab.codegen import online_softmax, reductions, welford
 from fusionlab.codegen.dtypes import HALF_DTYPES, TRITON_DTYPES, convert, literal
 from fusionlab.codegen.indexing import IndexWriter, KernelArgument, Rolled, Shift, bounds_mask
 from fusionlab.codegen.kinds import KernelKind
 from fusionlab.codegen.plan import KernelPlan
 from fusionlab.codegen.provenance import module_comments
+from fusionlab.codegen.reduction_loops import ReductionLoops, Scope
 from fusionlab.decompose import FLOAT32_OVERRIDES, INTEGER_OVERRIDES, POINTWISE, compute_dtype
 from fusionlab.decompose.primitives import INDEXED
 from fusionlab.fusion.domain import Domain, IndexMap, alignment, permuted_store, reads_own_row, store_map, view_map
@@ -54,20 +55,12 @@ class KernelSource:
         return ("XBLOCK", "EVEN_X") if self.kind == "pointwise" else ("XBLOCK", "RBLOCK", "EVEN_X", "EVEN_R")
 
 
-@dataclass
-class _Scope:
-    lines: list[str]
-    cache: dict[tuple[str, IndexMap], str] = field(default_factory=dict)
-    indent: str = "    "
-    tile_bytes: int = 0  # bytes per element of the [XBLOCK, RBLOCK] tiles loaded in this scope
-
-
 # Ops whose result jumps where their operand crosses a boundary (trunc(t * 10) at 39.99 against 40.0): a half value
 # kept at float32 precision would land on the other side of it, so it is rounded to its dtype first, as eager has it.
 DISCONTINUOUS = frozenset({"floor", "ceil", "trunc", "round", "floor_divide", "remainder", "fmod", "sign"})
 
 
-class KernelWriter(IndexWriter):
+class KernelWriter(ReductionLoops, IndexWriter):
     """Writes one kernel as `plan` shapes it; `contiguous` names the inputs known to be dense in row-major order.
 
         >>> KernelWriter(graph, group, "softmax", {"x"}, plan_kernel(graph, group, {"x"})).write().source
@@ -81,11 +74,11 @@ class KernelWriter(IndexWriter):
         self.globals: dict[str, str] = {}  # reduction results, visible after their loop
         self.welford = plan.partners
         self.online = dict(plan.online)
-        self.top = _Scope([])
-        self.loops: list[_Scope] = []
+        self.top = Scope([])
+        self.loops: list[Scope] = []
 
     # -- emission -------------------------------------------------------------------------------
-    def emit(self, value: str, index_map: IndexMap, scope: _Scope) -> str:
+    def emit(self, value: str, index_map: IndexMap, scope: Scope) -> str:
         node = self.graph[value]
         if value in self.members and node.kind == "reduction":
             # A reduction result exists for the kernel's own rows only ([XBLOCK, 1]): fusion
@@ -111,7 +104,7 @@ class KernelWriter(IndexWriter):
         scope.cache[key] = variable
         return variable
 
-    def _load(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+    def _load(self, node: Node, index_map: IndexMap, scope: Scope) -> str:
         pointer = self._argument(f"in_{node.name}", "input", node.name)
         offset = self.offset(node.name, index_map, node.name in self.contiguous)
         mask = self.mask_for(offset)
@@ -142,7 +135,7 @@ class KernelWriter(IndexWriter):
     def _view_map(self, node: Node, index_map: IndexMap) -> IndexMap:
         return view_map(self.graph, node, index_map)
 
-    def _concatenate(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+    def _concatenate(self, node: Node, index_map: IndexMap, scope: Scope) -> str:
         """cat along `dim`: each input is read at the domain index shifted by the sizes before it."""
         dim = int(node.param("dim"))
         entry = index_map[dim]
@@ -162,7 +155,7 @@ class KernelWriter(IndexWriter):
             expr = f"tl.where({position} < {end}, {value}, {expr})"
         return expr
 
-    def _indexed(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+    def _indexed(self, node: Node, index_map: IndexMap, scope: Scope) -> str:
         """The primitives computed from an element's index (primitives.INDEXED)."""
         if node.op == "cat":
             return self._concatenate(node, index_map, scope)
@@ -207,7 +200,7 @@ class KernelWriter(IndexWriter):
         expr = expr if start == 0 else f"({expr} + {start})"
         return expr if dtype == torch.int64 else f"{expr}.to({TRITON_DTYPES[dtype]})"
 
-    def _gather(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+    def _gather(self, node: Node, index_map: IndexMap, scope: Scope) -> str:
         """`table[..., i_0, ..., i_K-1, ...]`: the index tensors are read like pointwise operands, the table at the
         address they give.
 
@@ -258,7 +251,7 @@ class KernelWriter(IndexWriter):
             load = f'tl.where({valid}, {load}, float("nan"))'
         return load
 
-    def _pad(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+    def _pad(self, node: Node, index_map: IndexMap, scope: Scope) -> str:
         """The operand read shifted by the padding before it; the pad value where the shift leaves it."""
         source = self.graph[node.inputs[0]]
         shifted, inside = list(index_map), []
@@ -276,7 +269,7 @@ class KernelWriter(IndexWriter):
         fill = literal(node.param("value"), node.type.dtype)
         return f"tl.where({' & '.join(inside)}, {value}, {fill})"
 
-    def _roll(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+    def _roll(self, node: Node, index_map: IndexMap, scope: Scope) -> str:
         rolled = list(index_map)
         for shift, dim in zip(node.param("shifts"), node.param("dims")):
             if rolled[dim] is None:
@@ -285,7 +278,7 @@ class KernelWriter(IndexWriter):
                                  self.scalar(f"size_{node.name}_{dim}", node.type.shape[dim]))
         return self.emit(node.inputs[0], tuple(rolled), scope)
 
-    def _pointwise(self, node: Node, index_map: IndexMap, scope: _Scope) -> str:
+    def _pointwise(self, node: Node, index_map: IndexMap, scope: Scope) -> str:
         if node.op in INDEXED:
             return self._indexed(node, index_map, scope)
         operand_dtype = node.type.dtype
@@ -332,118 +325,8 @@ class KernelWriter(IndexWriter):
             return expr
         return convert(expr, torch.float32, dtype)
 
-    def _reduce(self, node: Node, scope: _Scope) -> str:
-        if node.name in self.globals:
-            return self.globals[node.name]
-        if not self.plan.persistent and node.name not in self.welford and node.name not in self.online:
-            self._reduce_in_one_pass([node])
-            return self.globals[node.name]
-        source = self.graph[node.inputs[0]]
-        accumulate = compute_dtype(source.type.dtype)
-        tl_type = TRITON_DTYPES[accumulate]
-        identity = reductions.identity(node.op, accumulate)
-        result = self.namer.identifier(node.name)
-        lines = self.top.lines
-        if self.plan.persistent:
-            value = self._rounded(source.name, self.emit(source.name, self.full_map(), self.top), node.type.dtype)
-            masked = f"tl.where(mask, {value}, {identity})"
-            if node.op in reductions.ARG_BETTER:
-                extreme = self.namer.identifier(f"{result}_value")
-                lines.extend(reductions.arg_reduce_lines(node.op, masked, reductions.ROW_LANES, extreme, result))
-            else:
-                lines.append(f"    {result} = {reductions.ROW_REDUCE[node.op].format(masked)}")
-        elif node.name in self.welford:
-            self._welford(node, source, result, tl_type)
-        else:
-            self._online_softmax(node, source, result, tl_type)
-        self.globals[node.name] = result
-        return result
-
-    def _reduce_in_one_pass(self, nodes: Sequence[Node], outputs: Sequence[str] = ()) -> None:
-        """Reductions that read no other one's result (a pass of `plan.passes`), each into its own accumulator, in
-        one loop over the rows that loads every operand once; `outputs` (which read no result of this pass) are
-        stored in the same loop."""
-        lines = self.top.lines
-        loop = self._open_loop()
-        finals: list[str] = []
-        for node in nodes:
-            source = self.graph[node.inputs[0]]
-            accumulate = compute_dtype(source.type.dtype)
-            identity = reductions.identity(node.op, accumulate)
-            result = self.namer.identifier(node.name)
-            accumulator = self.namer.identifier(f"acc_{result}")
-            positions = self.namer.identifier(f"{accumulator}_index")
-            lines.append(f"    {accumulator} = tl.full([XBLOCK, RBLOCK], {identity}, {TRITON_DTYPES[accumulate]})")
-            if node.op in reductions.ARG_BETTER:
-                lines.append(f"    {positions} = tl.zeros([XBLOCK, RBLOCK], tl.int64)")
-            value = self._rounded(source.name, self.emit(source.name, self.full_map(), loop), node.type.dtype)
-            masked = f"tl.where(mask, {value}, {identity})"
-            if node.op in reductions.ACCUMULATE:
-                step = reductions.ACCUMULATE[node.op].format(accumulator, masked)
-                loop.lines.append(f"{loop.indent}{accumulator} = {step}")
-            else:
-                loop.lines.extend(reductions.arg_update_lines(loop.indent, node.op, masked, accumulator, positions))
-            if node.op in reductions.ROW_REDUCE:
-                finals.append(f"    {result} = {reductions.ROW_REDUCE[node.op].format(accumulator)}")
-            else:
-                extreme = self.namer.identifier(f"{result}_value")
-                finals.extend(reductions.arg_reduce_lines(node.op, accumulator, positions, extreme, result))
-            self.globals[node.name] = result
-        for value in outputs:
-            self._store(value, loop)
-        lines.extend(loop.lines)
-        lines.extend(finals)
-
-    def _welford(self, node: Node, source: Node, result: str, tl_type: str) -> None:
-        """`node` (a mean) and its partner (the sum or mean of squared deviations from it) in one pass."""
-        second = self.graph[self.welford[node.name]]
-        variance = self.namer.identifier(second.name)
-        mean, m2, count, delta, total = (self.namer.identifier(f"{result}_{part}")
-                                         for part in ("running", "m2", "count", "delta", "total"))
-        lines = self.top.lines
-        lines.extend(f"    {acc} = tl.zeros([XBLOCK, RBLOCK], {tl_type})" for acc in (mean, m2, count))
-        loop = self._open_loop()
-        value = self.emit(source.name, self.full_map(), loop)
-        loop.lines.extend(welford.loop_lines(loop.indent, value, mean, m2, count, delta))
-        lines.extend(loop.lines)
-        lines.extend(welford.combine_lines(mean, m2, count, result, variance, total, second.op == "mean"))
-        self.globals[second.name] = variance
-
-    def _online_softmax(self, node: Node, source: Node, result: str, tl_type: str) -> None:
-        """`node` (an amax) and its partner (the sum of exp(x - amax)) in one pass."""
-        total = self.namer.identifier(self.online[node.name])
-        running_max, running_sum, masked, new_max, shift, row_shift = (
-            self.namer.identifier(f"{result}_{part}") for part in ("running", "sum", "masked", "next", "shift", "row"))
-        lines = self.top.lines
-        lines.append(f"    {running_max} = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {tl_type})")
-        lines.append(f"    {running_sum} = tl.zeros([XBLOCK, RBLOCK], {tl_type})")
-        loop = self._open_loop()
-        value = self._rounded(source.name, self.emit(source.name, self.full_map(), loop), node.type.dtype)
-        loop.lines.extend(online_softmax.loop_lines(loop.indent, value, masked, running_max, running_sum, new_max,
-                                                    shift))
-        lines.extend(loop.lines)
-        lines.extend(online_softmax.combine_lines(running_max, running_sum, result, total, row_shift))
-        self.globals[self.online[node.name]] = total
-
-    def _open_loop(self) -> _Scope:
-        loop = _Scope([], indent="        ")
-        self.loops.append(loop)
-        # An outer reduction (over leading axes, or rows whose elements lie a kept dimension apart) reads strided
-        # [XBLOCK, RBLOCK] tiles: software-pipelined (the next tiles' loads in flight while this one is summed),
-        # column_normalize ran 0.148 -> 0.129 ms on an H200; rows read along the contiguous axis gained nothing from
-        # it (rms_norm looped 0.071 -> 0.075), so they keep `range`.
-        walk = "tl.range(0, rnumel, RBLOCK, num_stages=3)" if self.plan.kind == "outer_reduction" else \
-            "range(0, rnumel, RBLOCK)"
-        loop.lines.extend([
-            f"    for roffset in {walk}:",
-            "        rindex = roffset + tl.arange(0, RBLOCK)[None, :]",
-            f"        rmask = {bounds_mask('rindex', 'rnumel', 'EVEN_R', '[1, RBLOCK]')}",
-            "        mask = xmask & rmask",
-        ])
-        return loop
-
     # -- the whole kernel -----------------------------------------------------------------------
-    def _store(self, value: str, scope: _Scope) -> None:
+    def _store(self, value: str, scope: Scope) -> None:
         node = self.graph[value]
         level = alignment(node.type.shape, self.domain) or "full"
         # (a value stored in another dimension order: fusion.domain.permuted_store; a matmul's epilogue never is)

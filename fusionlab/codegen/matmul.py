@@ -13,9 +13,10 @@ from __future__ import annotations
 import torch
 
 from fusionlab.codegen.indexing import KernelArgument
-from fusionlab.codegen.kernel import KernelSource, KernelWriter, _Scope
+from fusionlab.codegen.kernel import KernelSource, KernelWriter
 from fusionlab.codegen.plan import plan_matmul
 from fusionlab.codegen.provenance import module_comments
+from fusionlab.codegen.reduction_loops import Scope
 from fusionlab.fusion.domain import IndexMap
 from fusionlab.fusion.fuse import FusionGroup
 from fusionlab.ir import Graph, Ref
@@ -45,7 +46,7 @@ class MatmulWriter(KernelWriter):
         b = self._argument(f"in_{right}", "input", right)
         a_rows, a_inner = (self._argument(f"stride_{left}_{d}", "stride", left, d) for d in (0, 1))
         b_inner, b_columns = (self._argument(f"stride_{right}_{d}", "stride", right, d) for d in (0, 1))
-        epilogue = _Scope([])
+        epilogue = Scope([])
         for value in self.group.outputs:
             self._store(value, epilogue)
         # float32 operands: full-precision products, as eager PyTorch (tl.dot would use TF32 on the GPU).
@@ -88,7 +89,7 @@ class MatmulWriter(KernelWriter):
         body += list(self.dim_lines.values())
         return self._source(self._head() + [f"    {line}" for line in body] + epilogue.lines)
 
-    def emit(self, value: str, index_map: IndexMap, scope: _Scope) -> str:
+    def emit(self, value: str, index_map: IndexMap, scope: Scope) -> str:
         if value == self.product.name:
             # The epilogue reads the product from the accumulator, at the tile's own positions only: fusion
             # (domain.misread) keeps a reordered read of it out of the kernel.

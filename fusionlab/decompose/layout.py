@@ -79,20 +79,24 @@ def wanted(graph_module: torch.fx.GraphModule, layout: str) -> bool:
     training step's convolution backward, runs on CUDA)."""
     if check_layout(layout) != "auto":
         return layout == "channels_last"
-    for node in graph_module.graph.nodes:
-        if node.target in (aten.convolution.default, aten.convolution_backward.default):
-            values = pytree.tree_leaves(node.meta.get("val"))
-            if any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in values):
-                return True
-    return False
+    return _runs(graph_module, (aten.convolution.default, aten.convolution_backward.default), on_cuda=True)
 
 
 def in_training(graph_module: torch.fx.GraphModule, layout: str, saved_from: int | None) -> bool:
     """Whether the pass converts this graph as part of a training step (its saved activations and convolution
     backwards too): always with "channels_last"; with "auto", a training step's forward graph (it says where its
     saved activations start) or its backward graph (it has a convolution backward)."""
-    return layout == "channels_last" or saved_from is not None or any(
-        node.target is aten.convolution_backward.default for node in graph_module.graph.nodes)
+    return layout == "channels_last" or saved_from is not None or \
+        _runs(graph_module, (aten.convolution_backward.default,))
+
+
+def _runs(graph_module: torch.fx.GraphModule, targets: tuple[Any, ...], on_cuda: bool = False) -> bool:
+    """Whether the captured graph calls one of `targets` (`on_cuda`: on a CUDA tensor, by its traced values)."""
+    for node in graph_module.graph.nodes:
+        if node.target in targets and (not on_cuda or any(isinstance(v, torch.Tensor) and v.device.type == "cuda"
+                                                          for v in pytree.tree_leaves(node.meta.get("val")))):
+            return True
+    return False
 
 
 def channels_last(graph: Graph, hidden_from: int | None = None, training: bool = False,
