@@ -3,6 +3,7 @@ with `options={"cudagraphs": True}`, stepped a few times, then per compiled grap
 where one step's host time goes (Python's profiler, the 25 costliest functions by own time). With `inductor` last,
 the same steps and profile for Inductor's `mode="reduce-overhead"` follow. "host" is the time a step takes to
 return with the GPU idle before it (its issue time, median of the steps after the third); "step" waits for the GPU.
+Then, from torch.profiler, one step's GPU busy and idle time and its longest idle gaps, with the host ops during them.
 
     python benchmarks/cudagraph_captures.py [MODEL] [inference|training] [STEPS] [inductor|-] [LAYOUT]
     # default: resnet50 training 6, no Inductor, conv_layout "auto"
@@ -44,6 +45,7 @@ def main() -> None:
                 print(f"  saved activations from output {g.kept_from}: {len(g._handed)} storages handed, "
                       f"{sum(s.held() for s in g._handed)} still held")
     _profile(step)
+    _gaps(step)
     if sys.argv[4:5] == ["inductor"]:
         torch._dynamo.reset()
         print("\nInductor, mode='reduce-overhead':")
@@ -70,6 +72,38 @@ def _steps(step: object, steps: int) -> None:
 def _profiled(step: object, steps: int) -> None:
     _steps(step, steps)
     _profile(step)
+    _gaps(step)
+
+
+def _gaps(step: object, top: int = 12) -> None:
+    """Where the GPU waits within one step (torch.profiler's kernel intervals): its busy time, the idle time between
+    its first kernel's start and its last's end, and the longest gaps with the kernels on each side and the host ops
+    that began during them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()  # type: ignore[operator]
+        torch.cuda.synchronize()
+    events = prof.events()
+    kernels = sorted(((e.time_range.start, e.time_range.end, e.name) for e in events
+                      if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda k: k[0])
+    host = sorted((e.time_range.start, e.name) for e in events if e.device_type == torch.autograd.DeviceType.CPU)
+    if not kernels:
+        print("no kernels profiled")
+        return
+    busy, gaps, reach = 0.0, [], kernels[0][0]
+    for start, end, name in kernels:
+        if start > reach:
+            gaps.append((start - reach, reach, start, name))
+        busy += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    span = reach - kernels[0][0]
+    print(f"\nGPU within one step: {span / 1e3:.2f} ms from first kernel to last, busy {busy / 1e3:.2f} ms, "
+          f"idle {(span - busy) / 1e3:.2f} ms in {len(gaps)} gaps; longest:")
+    for length, since, until, after in sorted(gaps, reverse=True)[:top]:
+        during = list(dict.fromkeys(name for at, name in host if since <= at < until))[:6]
+        print(f"  {length:8.1f} us before `{after[:60]}`; host began: {during}")
 
 
 def _profile(step: object) -> None:
