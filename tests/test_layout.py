@@ -257,6 +257,25 @@ def test_a_training_steps_backward_converts_no_weight_the_forward_converted() ->
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("pool", [nn.MaxPool2d(3, 2, 1), nn.AvgPool2d(2)], ids=["max", "avg"])
+def test_a_pools_backward_reads_and_returns_channels_last(pool: nn.Module) -> None:
+    """A pooling op's backward (ATen's) lays the input's gradient out as the input, and copies the gradient it reads
+    into that layout first: in a channels-last step, the kernel computing that gradient (a residual's add) stores it
+    channels-last, and the result is typed channels-last for the kernels that read it. ResNet-50's stem on an H200:
+    the add took 89 us, transposing to row-major. Gradients as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), pool, _Residual(8),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    backward = _channels_last_training_step(model, torch.randn(3, 3, 8, 8))
+    graph = backward.decomposed.graph
+    pools = [n for n in graph.nodes if n.kind == "extern" and n.op.endswith(("pool2d_with_indices_backward.default",
+                                                                              "avg_pool2d_backward.default"))]
+    assert len(pools) == 1 and is_channels_last(pools[0].type), pools
+    gradient = graph[pools[0].param("call")[0][0].name]
+    assert gradient.op == "permute" and graph[gradient.inputs[0]].name.endswith("_channels_last"), gradient
+    torch._dynamo.reset()
+
+
 def test_training_through_the_backend_in_channels_last(device: str) -> None:
     """A training step through torch.compile with conv_layout='channels_last' (on CUDA: the default, "auto"): loss
     and every gradient as eager's."""

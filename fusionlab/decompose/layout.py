@@ -60,6 +60,10 @@ NHWC, NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 # Ops that return their result in their input's layout: an input stored channels-last comes back channels-last.
 _KEEPS_LAYOUT = frozenset(op for op in (getattr(aten, name, None) for name in (
     "max_pool2d_with_indices", "avg_pool2d", "_adaptive_avg_pool2d")) if op is not None)
+# Pooling ops' backwards: ATen lays the input's gradient out as the input (`self`, their second operand), and copies
+# the gradient they read into that layout first.
+_POOL_BACKWARDS = frozenset(op for op in (getattr(aten, name, None) for name in (
+    "max_pool2d_with_indices_backward", "avg_pool2d_backward", "_adaptive_avg_pool2d_backward")) if op is not None)
 _REASON = ("converts to channels-last for the convolution (conv_layout): cuDNN runs it in NHWC order; "
            "no copy when the tensor is channels-last already")
 _RESTORE = ("makes row-major what the caller gets from this op (conv_layout): its operand may be channels-last, and "
@@ -121,6 +125,13 @@ def channels_last(graph: Graph, hidden_from: int | None = None, training: bool =
         stored = rewrite.store_channels_last(_operand(node, 0))
         if stored and not node.param("outputs"):
             rewrite.retype(node)  # (max_pool2d_with_indices also returns indices: its type says only the values')
+    if training:
+        for node in graph.nodes:
+            if node.kind == "extern" and getattr(node.param("target"), "overloadpacket", None) in _POOL_BACKWARDS \
+                    and node.name not in visible and _is_4d(graph, _operand(node, 0)) \
+                    and rewrite.channels_last_at_run_time(_operand(node, 1)):
+                rewrite.store_channels_last(_operand(node, 0))  # (when a kernel computes the gradient)
+                rewrite.retype(node)
     for node in convolutions:
         backward = node.param("target") is aten.convolution_backward.default
         for position in (0, 1, 2) if backward else (0, 1):  # (the gradient,) the input, the weight
@@ -250,6 +261,19 @@ class _Rewrite:
         self.reads_original.add(permuted.name)
         self.redirect[value.name] = view.name
         return True
+
+    def channels_last_at_run_time(self, value: Any) -> bool:
+        """Whether `value` is laid out channels-last when the graph runs: a static 4-D input typed so (a saved
+        activation the forward stored so), or a value a kernel stores so; of more than one channel and position
+        (ATen's `suggest_memory_format` may take another for those)."""
+        if not _is_4d(self.source, value):
+            return False
+        node = self.source[value.name]
+        shape = node.type.shape
+        if not all(isinstance(d, int) for d in shape) or shape[1] == 1 or shape[2] * shape[3] == 1:
+            return False
+        return value.name in self.redirect or node.name in self.retyped or (
+            node.kind == "input" and is_channels_last(node.type))
 
     def _contiguous(self, value: Node, name: str, layout: torch.memory_format, like: Node) -> Node:
         """`aten.contiguous(value, memory_format=layout)`: no copy when `value` is laid out so already."""
