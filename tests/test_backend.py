@@ -122,6 +122,34 @@ def test_batch_norm_statistics_are_written_by_fusionlab_and_parameters_marked_st
     torch._dynamo.reset()
 
 
+def test_a_training_step_saves_no_value_the_backward_can_recompute_cheaply() -> None:
+    """AOTAutograd decomposes batch norm and partitions by min-cut (`_joint_decompositions`): the forward saves the
+    inputs, the convolution's result, the relu's (the next convolution's input) and the statistics, and neither the
+    batch norm's own results nor a second, detached alias of the relu's (the default partition saved 11 values here,
+    min-cut 8). Gradients and running statistics as eager's twin's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1))
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 3, 6, 6)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "as_traced"})
+    before = dynamo_backend.mark()
+    compiled(x).square().mean().backward()
+    twin(x).square().mean().backward()
+    for got, want in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4)
+    for got, want in zip(model.buffers(), twin.buffers(), strict=True):
+        torch.testing.assert_close(got, want)
+    forward = next(g for g in dynamo_backend.since(before) if g.role == "forward")
+    assert forward.saved_outputs_from is not None
+    output = next(n for n in forward.graph_module.graph.nodes if n.op == "output")
+    saved = [v for v in output.args[0][forward.saved_outputs_from:] if isinstance(v, torch.fx.Node)]
+    targets = [str(v.target) for v in saved]
+    assert len(saved) == 8 and "aten.convolution.default" in targets and "aten.relu.default" in targets, targets
+    assert not any("getitem" in t or "detach" in t or "batch_norm" in t for t in targets), targets
+    torch._dynamo.reset()
+
+
 class _SetsAnAttributeOnItsFirstCall(nn.Module):
     """As Hugging Face's classification loss sets `config.problem_type` on its first call: Dynamo's guard on the
     attribute fails on the second call, and it recompiles the same graph."""
