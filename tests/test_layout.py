@@ -276,27 +276,6 @@ def test_a_pools_backward_reads_and_returns_channels_last(pool: nn.Module) -> No
     torch._dynamo.reset()
 
 
-def test_a_channels_last_batch_norms_statistics_take_one_welford_pass() -> None:
-    """In channels-last order the layout pass stores a batch norm's deviations and their squares channels-last
-    (`permute(copy(permute(v)))`); within the statistics kernel those copies are the values themselves, and the mean
-    and the sum of squared deviations still share one Welford pass (codegen/welford.py), reading the convolution's
-    result once: ResNet-50's forward statistics read it twice. Output as eager's, on inputs with a large mean."""
-    torch.manual_seed(0)
-    conv = nn.Conv2d(3, 8, 3, padding=1)
-
-    def fn(x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(F.batch_norm(conv(x), None, None, training=True))
-
-    x = torch.randn(4, 3, 12, 12)
-    with torch.no_grad():
-        ex = fl.explore(fn, x, conv_layout="channels_last", looped_reductions=True)
-        statistics = [k for k in ex.generated.kernels if k.kind in ("reduction", "outer_reduction")
-                      and "mean" in k.name and "sum" in k.name]
-        assert statistics and all("(Welford)" in k.source for k in statistics), [k.name for k in statistics]
-        fresh = torch.randn(4, 3, 12, 12) + 50.0
-        torch.testing.assert_close(ex(fresh), fn(fresh), atol=1e-4, rtol=1e-4)
-
-
 def test_training_through_the_backend_in_channels_last(device: str) -> None:
     """A training step through torch.compile with conv_layout='channels_last' (on CUDA: the default, "auto"): loss
     and every gradient as eager's."""

@@ -6,7 +6,10 @@ A looped kernel reads its rows once per pass, and a reduction that reads another
 on the first, so it costs two passes over the input. Welford's update keeps a running mean and sum of squared
 deviations per lane in the same loop; the lanes are combined at the end with the parallel formula (Chan et al.):
 mean = sum(n_i mean_i) / n, M2 = sum(M2_i + n_i (mean_i - mean)^2), as plain sums. One pass instead of two:
-column_normalize reads its input twice instead of three times (see docs/PERFORMANCE.md).
+column_normalize reads its input twice instead of three times (see docs/PERFORMANCE.md). A pair seen only through
+layout copies (a channels-last batch norm's statistics, `permute(copy(permute(v)))`) is left as two passes: paired,
+ResNet-50's split statistics kernels ran 10% slower on an H200 (Welford's division per element, where the second
+pass over a split's short rows reads from L2; eighteenth round).
 
     >>> partners(graph, group_nodes)      # {first reduction (the mean): second (the sum/mean of squares)}
 """
@@ -28,52 +31,24 @@ def _square_of(node: Node) -> str | None:
     return None
 
 
-def _through_copies(graph: Graph, name: str, inside: set[str]) -> str:
-    """The value `name` shows, past layout copies inside the kernel: `permute(copy(permute(v, order)), inverse)` is
-    `v` at every position (decompose/layout.py stores values channels-last so; within a kernel it is a register
-    copy)."""
-    while name in inside:
-        back = graph[name]
-        if back.kind != "view" or back.op != "permute" or back.inputs[0] not in inside:
-            break
-        copy = graph[back.inputs[0]]
-        if copy.kind != "pointwise" or copy.op != "copy" or copy.type.dtype != back.type.dtype \
-                or copy.inputs[0] not in inside:
-            break
-        there = graph[copy.inputs[0]]
-        if there.kind != "view" or there.op != "permute":
-            break
-        order, inverse = tuple(there.param("dims")), tuple(back.param("dims"))
-        if tuple(order[d] for d in inverse) != tuple(range(len(order))):
-            break
-        name = there.inputs[0]
-    return name
-
-
 def partners(graph: Graph, members: Sequence[str]) -> dict[str, str]:
-    """Map each `mean(x)` in `members` to a later `sum`/`mean` over the same axes of `(x - mean(x))**2` (seen past
-    layout copies: a channels-last batch norm's statistics are such a pair)."""
+    """Map each `mean(x)` in `members` to a later `sum`/`mean` over the same axes of `(x - mean(x))**2`."""
     inside = set(members)
     found: dict[str, str] = {}
     for name in members:
         second = graph[name]
         if second.kind != "reduction" or second.op not in ("sum", "mean") or not second.type.dtype.is_floating_point:
             continue
-        square = _through_copies(graph, second.inputs[0], inside)
-        deviation = _square_of(graph[square]) if square in inside else None
-        if deviation is None:
-            continue
-        deviation = _through_copies(graph, deviation, inside)
-        if deviation not in inside:
+        deviation = _square_of(graph[second.inputs[0]])
+        if deviation is None or deviation not in inside:
             continue
         sub = graph[deviation]
         refs = [a for a in sub.args if isinstance(a, Ref)]
         if sub.op != "sub" or len(sub.args) != 2 or len(refs) != 2:
             continue
-        source, centre = _through_copies(graph, refs[0].name, inside), view_source(graph, refs[1].name)
+        source, centre = refs[0].name, view_source(graph, refs[1].name)
         first = graph[centre]
-        if (centre in inside and first.kind == "reduction" and first.op == "mean"
-                and _through_copies(graph, first.inputs[0], inside) == source
+        if (centre in inside and first.kind == "reduction" and first.op == "mean" and first.inputs[0] == source
                 and first.param("axes") == second.param("axes") and centre not in found
                 and second.name not in found.values()):
             found[centre] = second.name
