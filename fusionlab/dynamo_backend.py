@@ -334,8 +334,8 @@ def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *
                                  conv_layout=conv_layout)
 
     # min-cut partition (Inductor's): the backward recomputes cheap values (a batch norm's output, a relu) from
-    # fewer saved ones, over the joint graph decomposed as `_joint_decompositions` says. keep_inference_input_mutations:
-    # a data-only mutation of an input that needs no gradient (a batch norm's
+    # fewer saved ones, over the joint graph decomposed as `_joint_decompositions` says.
+    # keep_inference_input_mutations: a data-only mutation of an input that needs no gradient (a batch norm's
     # running statistics, in training too) stays in the graph, where fusionlab writes it (one copy launch per dtype,
     # or inside a CUDA graph), instead of AOTAutograd's epilogue (one copy_ per statistic, on the host)
     split = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
