@@ -129,6 +129,23 @@ def _real(value: Any) -> Any:
     return torch.empty_strided(shape, strides, dtype=value.dtype, device=value.device)
 
 
+def _views_as_reshapes(graph_module: torch.fx.GraphModule) -> None:
+    """A backward graph's `view`s as `reshape`s. AOTAutograd traced it for the saved activations as eager lays them
+    out, and the forward may hand them over in another layout (channels-last: `_report_strides`, as after
+    Inductor's layout choice), where a `view` can fail ("view size is not compatible with input tensor's size and
+    stride"): an instance norm's backward views an activation, a flattened image or a viewed weight is saved.
+    AOTAutograd's graphs are functional, so a reshape, a view where the strides allow one and a copy where they do
+    not, gives the same values."""
+    changed = False
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target in (torch.ops.aten.view.default,
+                                                           torch.ops.aten._unsafe_view.default):
+            node.target = torch.ops.aten.reshape.default
+            changed = True
+    if changed:
+        graph_module.recompile()
+
+
 def _is_symbolic(value: Any) -> bool:
     if isinstance(value, torch.SymInt):
         return True
@@ -260,6 +277,8 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
     from functorch.compile import make_boxed_func
 
     dynamic_positions = [i for i, value in enumerate(example_inputs) if _is_symbolic(value)]
+    if role == "backward":
+        _views_as_reshapes(graph_module)
     graph = BackendGraph(next(_numbers) if index is None else index, role, graph_module, ended_by,
                          bool(dynamic_positions), _saved_outputs_from() if role == "forward" else None,
                          _input_updates() if role != "backward" else (),
