@@ -147,6 +147,11 @@ def test_grouped_convolutions_keep_their_layout() -> None:
 def _channels_last_training_step(model: nn.Module, x: torch.Tensor) -> fl.Exploration:
     """One training step of `model` through the backend with conv_layout="channels_last", its gradients and batch
     norm statistics checked against an eager twin's; returns the backward graph's exploration."""
+    return _channels_last_step_graphs(model, x)["backward"]
+
+
+def _channels_last_step_graphs(model: nn.Module, x: torch.Tensor) -> dict[str, fl.Exploration]:
+    """As `_channels_last_training_step`; returns each graph's exploration by role."""
     twin = __import__("copy").deepcopy(model)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
@@ -157,7 +162,7 @@ def _channels_last_training_step(model: nn.Module, x: torch.Tensor) -> fl.Explor
         torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4, msg=name)
     for got, want in zip(model.buffers(), twin.buffers(), strict=True):
         torch.testing.assert_close(got, want)
-    return next(g for g in dynamo_backend.since(before) if g.role == "backward").exploration
+    return {g.role: g.exploration for g in dynamo_backend.since(before)}
 
 
 @pytest.mark.parametrize("channels, size", [(8, 6), (8, 8)], ids=["nchw", "square_c_h_w"])
@@ -234,16 +239,8 @@ def test_a_training_steps_backward_converts_no_weight_the_forward_converted() ->
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
                           nn.ReLU(), nn.Conv2d(8, 8, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    twin = __import__("copy").deepcopy(model)
-    x = torch.randn(2, 3, 6, 6)
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
-    before = dynamo_backend.mark()
-    compiled(x).square().mean().backward()
-    twin(x).square().mean().backward()
-    for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4, msg=name)
-    graphs = {g.role: g.exploration.decomposed.graph for g in dynamo_backend.since(before)}
+    steps = _channels_last_step_graphs(model, torch.randn(2, 3, 6, 6))
+    graphs = {role: ex.decomposed.graph for role, ex in steps.items()}
 
     def converted(graph: Any) -> list[tuple[Any, bool]]:  # (the shape, typed channels-last) of what is converted
         return [(graph[n.inputs[0]].type.shape, is_channels_last(graph[n.inputs[0]].type)) for n in graph.nodes
@@ -306,15 +303,7 @@ def test_a_backward_that_views_a_value_saved_channels_last(make: Any, shape: tup
     value: the backend compiles them as reshapes (`dynamo_backend._views_as_reshapes`). Each model failed to compile
     its backward before. Gradients as eager's."""
     torch.manual_seed(0)
-    model = make()
-    twin = __import__("copy").deepcopy(model)
-    x = torch.randn(shape)
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": "channels_last"})
-    compiled(x).square().mean().backward()
-    twin(x).square().mean().backward()
-    for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4, msg=name)
+    _channels_last_training_step(make(), torch.randn(shape))
     torch._dynamo.reset()
 
 
