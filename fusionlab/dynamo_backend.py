@@ -363,6 +363,7 @@ def backend(graph_module: torch.fx.GraphModule, example_inputs: Sequence[Any], *
     return split(graph_module, example_inputs)  # type: ignore[no-any-return]
 
 
+@functools.cache
 def _joint_decompositions() -> dict[Any, Any]:
     """What AOTAutograd decomposes before it partitions the joint graph: batch norm, forward and backward, into the
     means, variances and pointwise ops it is made of (as Inductor's table does), so that the min-cut partition sees

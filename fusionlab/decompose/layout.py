@@ -158,7 +158,7 @@ def _between_kernels(graph: Graph, visible: set[str], converting: set[str]) -> l
     for node in graph.nodes:
         shape = node.type.shape
         if node.kind not in ("pointwise", "reduction") or node.type.rank != 4 or node.name in visible \
-                or not all(isinstance(d, int) for d in shape) or shape[1] == 1 or shape[2] * shape[3] == 1:
+                or not _layouts_differ(shape):
             continue
         readers = [graph[u] for u in users.get(node.name, ())]
         if readers and all(r.kind in ("pointwise", "reduction") or r.name in converting for r in readers):
@@ -223,6 +223,12 @@ def output_strides(graph: Graph) -> list[tuple[int, ...] | None]:
     return strides
 
 
+def _layouts_differ(shape: Sequence[Any]) -> bool:
+    """A static 4-D shape whose NCHW and NHWC layouts differ for ATen (more than one channel and one position): of
+    another, `suggest_memory_format` may answer either, and a copy between them may be no copy."""
+    return all(isinstance(d, int) for d in shape) and shape[1] > 1 and shape[2] * shape[3] > 1
+
+
 def _operand(node: Node, position: int) -> Any:
     args, _ = node.param("call")
     return args[position] if position < len(args) else None
@@ -269,8 +275,7 @@ class _Rewrite:
         if not _is_4d(self.source, value):
             return False
         node = self.source[value.name]
-        shape = node.type.shape
-        if not all(isinstance(d, int) for d in shape) or shape[1] == 1 or shape[2] * shape[3] == 1:
+        if not _layouts_differ(node.type.shape):
             return False
         return value.name in self.redirect or node.name in self.retyped or (
             node.kind == "input" and is_channels_last(node.type))
@@ -325,8 +330,8 @@ class _Rewrite:
         node = self.source[name]
         shape = node.type.shape
         copies = self.training and converted is not None and node.kind == "input" and node.type.rank == 4 \
-            and all(isinstance(d, int) for d in shape) and shape[1] > 1 and shape[2] * shape[3] > 1 \
-            and node.type.strides is not None and tuple(node.type.strides) == tuple(contiguous_strides(shape))
+            and _layouts_differ(shape) and node.type.strides is not None \
+            and tuple(node.type.strides) == tuple(contiguous_strides(shape))
         return converted if copies and converted is not None else name
 
     def _weight_gradients(self, nodes: list[Node], outputs: tuple[str, ...]) -> tuple[list[Node], tuple[str, ...]]:
