@@ -212,6 +212,22 @@ def test_pad_feeding_a_reduction() -> None:
     assert ex.verify().ok and _kernels(ex) == 1
 
 
+def test_cropped_value_read_at_a_size_one_index() -> None:
+    """A negative padding (a crop: MobileNetV2's backward crops its 3x3 convolution gradients to 1x1) read in a looped
+    reduction's last pass, where the 1x1 dimensions are the constant index 0: its range check is a scalar, and
+    Triton's interpreter made `mask & (0 >= pad)` an int32 mask that `tl.load` refused. 5 channels: not a multiple
+    of the block, so the row mask is computed too."""
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        kept = torch.where(w > 0, F.pad(x, (-1, -1, -1, -1)), 0.0)
+        return kept - kept.mean((0, 2, 3), keepdim=True) * w
+
+    x, w = torch.randn(2, 5, 3, 3), torch.randn(2, 5, 1, 1)
+    ex = _explore(fn, x, w, looped_reductions=True)
+    assert _kernels(ex) == 1 and "(0 >= pad_" in ex.generated.kernels[0].source
+    assert ex.verify().ok
+    _same(ex, fn, torch.randn(2, 5, 3, 3), torch.randn(2, 5, 1, 1), exact=False)
+
+
 @pytest.mark.parametrize("shifts, dims", [(1, 0), (-2, 1), ((1, 3), (0, 1)), (7, -1), ((1, 2), (0, 0)),
                                           ((1, -3, 2), (0, 1, -2))])
 def test_roll(shifts: Any, dims: Any) -> None:

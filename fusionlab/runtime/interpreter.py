@@ -98,7 +98,7 @@ def interpreted_standard_library() -> Iterator[None]:
     for module, name, _, interpreted in swaps:
         setattr(module, name, interpreted)
     try:
-        with _language_patches_undone(), _bfloat16_dot(), _assertions_on():
+        with _language_patches_undone(), _bfloat16_dot(), _boolean_splat(), _assertions_on():
             yield
     finally:
         for module, name, original, _ in swaps:
@@ -148,6 +148,31 @@ def _bfloat16_dot() -> Iterator[None]:
         yield
     finally:
         builder.create_dot = original
+
+
+@contextlib.contextmanager
+def _boolean_splat() -> Iterator[None]:
+    """Triton's interpreter gives a comparison's result the operands' dtype with boolean data, and splatting a
+    scalar fills a block of that dtype (Triton 3.9): `mask & (0 >= pad)` (a padding's range check at a constant
+    index) became an int32 mask, which `tl.load` refuses ("mask has unsupported dtype"). Boolean data stays
+    boolean when it is splat, as the GPU's int1 does."""
+    builder = getattr(triton_interpreter, "InterpreterBuilder", None)
+    if builder is None:  # pragma: no cover - a Triton without this internal
+        yield
+        return
+    original = builder.create_splat
+
+    def create_splat(self: Any, block_type: Any, argument: Any) -> Any:
+        result = original(self, block_type, argument)
+        if np.asarray(argument.data).dtype == np.bool_ and result.data.dtype != np.bool_:
+            return TensorHandle(result.data.astype(np.bool_), tl.int1)
+        return result
+
+    builder.create_splat = create_splat
+    try:
+        yield
+    finally:
+        builder.create_splat = original
 
 
 def _squeezed_index(self: Any) -> int:
