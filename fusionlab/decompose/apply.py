@@ -25,6 +25,7 @@ from fusionlab.decompose import attention
 from fusionlab.decompose import layout as layouts
 from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable, short_name
 from fusionlab.decompose.output_layout import eager_output_strides
+from fusionlab.decompose.reshape_moves import move_reshapes
 from fusionlab.decompose.rules import RULES
 from fusionlab.ir import Graph, Node, Ref, TensorType, draws_random_numbers
 from fusionlab.names import sanitize
@@ -142,7 +143,7 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     hints = tuple((b.symbol, b.captured_value) for b in captured.symbols)
     live = _live(nodes, outputs)
     running = {node.origin for node in live if node.kind == "extern"}  # an extern no output needs is not run
-    graph = Graph(tuple(inputs), live, tuple(outputs), hints)
+    graph = move_reshapes(Graph(tuple(inputs), live, tuple(outputs), hints))
     given = output_strides is not None and len(output_strides) == len(graph.outputs)
     strides = list(output_strides or ()) if given else _traced_strides(captured.graph_module, len(graph.outputs))
     converts = layouts.wanted(captured.graph_module, layout)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from fusionlab.decompose.builder import Builder
 
 
-def _hoistable(node: Node) -> bool:
+def hoistable(node: Node) -> bool:
     """A pointwise op computed from its operands' elements at the same index alone."""
     return node.kind == "pointwise" and (node.op in POINTWISE or node.op == "cast")
 
@@ -58,7 +58,7 @@ def _gathered(builder: Builder, table: Ref, indices: Sequence[Ref], dim: int, sh
     node = builder.producer(table)
     if node is None or not _selects_fewer(node.type.shape, dim, len(indices), shape):
         return None
-    if _hoistable(node):
+    if hoistable(node):
         operands = [a for a in node.args if isinstance(a, Ref)]
         if any(tuple(builder.type_of(a).shape) != tuple(node.type.shape) for a in operands):
             return None  # operands are broadcast to the op's shape by the Builder; anything else is not followed
@@ -110,22 +110,22 @@ def reshaped(builder: Builder, value: Ref, shape: tuple[int, ...]) -> Ref:
 def _reshaped(builder: Builder, value: Ref, shape: tuple[int, ...]) -> Ref:
     node = builder.producer(value)
     before = builder.type_of(value).shape
-    groups = _groups(before, shape) if all(isinstance(d, int) for d in before) else None
+    groups = dim_groups(before, shape) if all(isinstance(d, int) for d in before) else None
     if node is None or groups is None:
         return builder.reshape(value, shape)
-    if _hoistable(node) and all(tuple(builder.type_of(a).shape) == tuple(before)
+    if hoistable(node) and all(tuple(builder.type_of(a).shape) == tuple(before)
                                 for a in node.args if isinstance(a, Ref)):
         args = tuple(reshaped(builder, a, shape) if isinstance(a, Ref) else a for a in node.args)
         return builder._add("pointwise", node.op, args, TensorType(shape, node.type.dtype), dict(node.params))
     if node.kind == "view" and node.op == "expand":
         source = Ref(node.inputs[0])
-        small = _broadcast_groups(builder.type_of(source).shape, before, shape, groups)
+        small = broadcast_groups(builder.type_of(source).shape, before, shape, groups)
         if small is not None:
             return builder.broadcast(reshaped(builder, source, small), shape)
     return builder.reshape(value, shape)
 
 
-def _groups(before: tuple[Dim, ...], after: tuple[int, ...]) -> list[tuple[range, range]] | None:
+def dim_groups(before: tuple[Dim, ...], after: tuple[int, ...]) -> list[tuple[range, range]] | None:
     """The reshape as groups of dims with equal products: ([65536, 1024] -> [8, 8192, 1024]: dims (0,) become
     (0, 1), (1,) becomes (2,))."""
     groups: list[tuple[range, range]] = []
@@ -147,7 +147,7 @@ def _groups(before: tuple[Dim, ...], after: tuple[int, ...]) -> list[tuple[range
     return groups
 
 
-def _broadcast_groups(source: tuple[Dim, ...], before: tuple[Dim, ...], after: tuple[int, ...],
+def broadcast_groups(source: tuple[Dim, ...], before: tuple[Dim, ...], after: tuple[int, ...],
                       groups: list[tuple[range, range]]) -> tuple[int, ...] | None:
     """The shape the broadcast `source` (of `before`'s rank) takes so that broadcasting it to `after` gives the
     reshape of its broadcast to `before`: a group of dims all broadcast becomes 1s, a group kept whole keeps its
@@ -172,4 +172,4 @@ def _selects_fewer(table: tuple[Dim, ...], dim: int, count: int, shape: tuple[Di
     return bool(ratio.is_number and ratio < 1)
 
 
-__all__ = ["gathered", "reshaped"]
+__all__ = ["broadcast_groups", "dim_groups", "gathered", "hoistable", "reshaped"]
