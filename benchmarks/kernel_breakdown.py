@@ -58,6 +58,8 @@ def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
     print("\n| kind | ms | kernels |\n|---|---|---|")
     for kind, (count, total) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
         print(f"| {kind} | {total / 1e3:.3f} | {int(count)} |")
+    if layout != "inductor":
+        _describe([kernel for kernel, _ in ranked if _kind(kernel) == "generated (Triton)"][:8])
     folder = os.environ.get("KERNELS_CSV")
     if folder:  # every kernel, for a closer look than the table's
         with open(os.path.join(folder, f"kernels-{name}-{'training' if train else 'inference'}-{layout}.csv"),
@@ -65,6 +67,22 @@ def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
             writer = csv.writer(file)
             writer.writerow(["kernel", "kind", "calls", "us"])
             writer.writerows([kernel, _kind(kernel), int(count), round(total, 2)] for kernel, (count, total) in ranked)
+
+
+def _describe(kernels: list[str]) -> None:
+    """What each of the costliest generated kernels computes: its graph, its values with their types, and the
+    module and line they come from (a kernel name can recur in several graphs)."""
+    from fusionlab import dynamo_backend
+
+    print("\n| kernel | graph | its last values | from |\n|---|---|---|---|")
+    for backend_graph in dynamo_backend.graphs:
+        ex = backend_graph.exploration
+        graph = ex.decomposed.graph
+        for group in ex.fused.groups:
+            if group.is_kernel and group.name in kernels:
+                stored = [graph[n].type.text() for n in group.nodes if graph[n].kind != "view"][-3:]
+                where = next((graph[n].where for n in group.nodes if graph[n].where), "")
+                print(f"| `{group.name}` | {backend_graph.name} | {', '.join(stored)} | {where} |")
 
 
 def _kind(kernel: str) -> str:

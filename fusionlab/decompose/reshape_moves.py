@@ -23,7 +23,7 @@ kernel's value.
 from __future__ import annotations
 
 from fusionlab.decompose.hoist import broadcast_groups, dim_groups, hoistable
-from fusionlab.ir import Dim, Graph, Node, Ref, TensorType, draws_random_numbers
+from fusionlab.ir import Dim, Graph, Kind, Node, Ref, TensorType, draws_random_numbers
 
 __all__ = ["move_reshapes"]
 
@@ -81,7 +81,7 @@ class _Mover:
         readers = self.users[value] if value in self.users else tuple(self.new_users.get(value, ()))
         return value not in self.outputs and readers == (reader,)
 
-    def _emit(self, kind: str, op: str, args: tuple, shape: tuple[int, ...], like: Node, *,
+    def _emit(self, kind: Kind, op: str, args: tuple, shape: tuple[int, ...], like: Node, *,
               dtype: object = None, params: tuple = (), name: str | None = None) -> Ref:
         if name is None:
             name, number = like.op if like.op.isidentifier() else "moved", 0
@@ -219,7 +219,7 @@ class _Mover:
         assert found is not None
         shape, reads = found
         moved = iter(reads)
-        args = []
+        args: list[object] = []
         for a in node.args:
             if not isinstance(a, Ref):
                 args.append(a)
