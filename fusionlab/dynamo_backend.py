@@ -304,6 +304,7 @@ def compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[A
                 specialised[key] = _explore(graph, args, cudagraphs, conv_layout)
                 graph.explorations[key] = specialised[key][0]
             ex, constants = specialised[key]
+        ex.learn_integer_ranges(args)  # (the first call only: `verify` draws valid indices from them)
         outputs = iter(ex.run_flat(constants + [a for a in args if isinstance(a, torch.Tensor)]))
         return fill_template(ex.captured.result.output_template, outputs)
 

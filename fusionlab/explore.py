@@ -35,15 +35,26 @@ __all__ = ["Exploration", "capture", "explore"]
 
 
 class _TensorSpec(NamedTuple):
-    """What a released example tensor looked like."""
+    """What a released example tensor looked like; for an integer tensor, the range of its values where a call
+    showed them (`low`, `high`: indices stay valid when `verify` draws fresh ones in that range)."""
 
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
+    low: int | None = None
+    high: int | None = None
+
+    @property
+    def integer(self) -> bool:
+        return not (self.dtype.is_floating_point or self.dtype.is_complex or self.dtype == torch.bool)
 
     def make(self) -> torch.Tensor:
-        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
+        tensor = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
+        if self.integer and self.low is not None and self.high is not None and tensor.numel():
+            tensor.fill_(self.low)  # its range as the call showed it, which `random_like` draws from
+            tensor[(0,) * tensor.dim()] = self.high
+        return tensor
 
 
 class Exploration:
@@ -121,6 +132,7 @@ class Exploration:
     def example_args(self, args: tuple[Any, ...]) -> None:
         self._example_args = args
         self._example_specs: tuple[Any, ...] | None = None
+        self._ranges_learnt = False
 
     def release_examples(self) -> None:
         """Let go of the example tensors, keeping what they look like (shape, strides, dtype, device): the backend
@@ -131,6 +143,36 @@ class Exploration:
         self._example_specs = tuple(_TensorSpec(tuple(a.shape), a.stride(), a.dtype, a.device)
                                     if isinstance(a, torch.Tensor) else a for a in self._example_args)
         self._example_args = ()
+
+    def learn_integer_ranges(self, args: Sequence[Any]) -> None:
+        """Keep the range of each integer tensor among `args` (a call's real inputs, in the examples' order) for
+        released examples that have none: the backend explores on uninitialised stand-ins, so `verify` learns
+        which indices are valid from the graph's first call. Costs one synchronisation, the first time only."""
+        specs = self._example_specs
+        if specs is None or self._ranges_learnt or len(args) != len(specs):
+            return
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return  # inside a caller's CUDA graph: no reading values back
+        self._ranges_learnt = True
+        wanted = [i for i, spec in enumerate(specs) if isinstance(spec, _TensorSpec) and spec.integer
+                  and isinstance(args[i], torch.Tensor) and args[i].numel()]
+        if not wanted:
+            return
+        ranges = torch.stack([torch.stack(torch.aminmax(args[i].detach())).to(torch.int64) for i in wanted])
+        learnt = list(specs)
+        for i, (low, high) in zip(wanted, ranges.tolist()):
+            learnt[i] = specs[i]._replace(low=low, high=high)
+        self._example_specs = tuple(learnt)
+
+    def _refuse_unknown_integers(self) -> None:
+        specs = self._example_specs or ()
+        unknown = [f"#{i} ({spec.dtype}, shape {list(spec.shape)})" for i, spec in enumerate(specs)
+                   if isinstance(spec, _TensorSpec) and spec.integer and spec.low is None and 0 not in spec.shape]
+        if unknown:
+            raise ValueError(
+                f"verify() needs the range of this graph's integer input(s) {', '.join(unknown)} (indices, say), and "
+                "has none: the backend traced the graph on uninitialised stand-ins and learns the ranges from the "
+                "graph's first call. Call the compiled function once, then verify().")
 
     @property
     def example_inputs(self) -> tuple[Any, ...]:
@@ -249,6 +291,7 @@ class Exploration:
             return Programs(self.captured.result, self.decomposed.graph, self.decomposed.values,
                             self.generated.kernels, self.compiled.function)
 
+        self._refuse_unknown_integers()
         return verify_call(self.fn, self.example_args, self.example_kwargs, self.captured.result, self,
                            self.flat_inputs, programs, seed, localise)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -79,6 +80,28 @@ def test_backend_graphs_let_go_of_their_stand_ins() -> None:
     assert [a.shape for a in ex.example_inputs if isinstance(a, torch.Tensor)] == [x.shape]
     fresh = torch.randn(64, 32)
     torch.testing.assert_close(compiled(fresh), torch.softmax(fresh * 2, -1))
+
+
+def test_a_backend_graph_with_indices_verifies_with_the_range_its_first_call_showed() -> None:
+    # The stand-ins are uninitialised: indices drawn from their "range" fell outside the table (an IndexError in
+    # eager). verify() refuses until a call has shown the range, then draws valid indices from it.
+    torch._dynamo.reset()
+    table = nn.Embedding(10, 8)
+    before = dynamo_backend.mark()
+    compiled = torch.compile(lambda ids: table(ids).relu() * 2, backend=fl.backend)
+    ids = torch.tensor([[3, 9, 0, 4], [1, 2, 9, 5]])
+    with torch.no_grad():
+        expected = table(ids).relu() * 2
+        torch.testing.assert_close(compiled(ids), expected)
+    (graph,) = dynamo_backend.since(before)
+    ex = graph.exploration
+    (spec,) = [s for s in ex._example_specs if getattr(s, "dtype", None) == torch.int64]
+    assert (spec.low, spec.high) == (0, 9)
+    report = ex.verify(seed=3)
+    assert report.ok, report
+    ex._example_specs = tuple(s._replace(low=None, high=None) if s is spec else s for s in ex._example_specs)
+    with pytest.raises(ValueError, match=r"integer input.*int64, shape \[2, 4\].*first call"):
+        ex.verify()
 
 
 def test_forget_drops_the_kept_graphs() -> None:
