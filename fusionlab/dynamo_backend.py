@@ -369,14 +369,20 @@ def _joint_decompositions() -> dict[Any, Any]:
     """What AOTAutograd decomposes before it partitions the joint graph: batch norm, forward and backward, into the
     means, variances and pointwise ops it is made of (as Inductor's table does), so that the min-cut partition sees
     its normalised output and the relu after it as cheap to recompute from the convolution's result and the
-    statistics, and the forward saves those instead (ResNet-50's forward: 483 outputs where it returned 638). The
-    fusion pass decomposes what is left (decompose/)."""
+    statistics, and the forward saves those instead (ResNet-50's forward: 483 outputs where it returned 638).
+    Log-softmax, its backward and `nll_loss_backward` likewise, with `detach` (an alias: the min-cut never
+    recomputes through a detach, and autograd detaches the log-softmax it saves): the backward then recomputes a
+    causal LM's log-probabilities from the bf16 logits and each row's max and log-sum, where the forward wrote them
+    as a float32 [tokens, vocabulary] table (GPT-2 at 8x512 tokens: 0.8 GB a step). The fusion pass decomposes what is left
+    (decompose/)."""
     from torch._decomp import get_decompositions
 
     aten = torch.ops.aten
     return get_decompositions([aten._native_batch_norm_legit_functional, aten.native_batch_norm_backward,
                                aten._native_batch_norm_legit, aten.native_batch_norm,
-                               aten._native_batch_norm_legit_no_training])
+                               aten._native_batch_norm_legit_no_training,
+                               aten.detach, aten._log_softmax, aten._log_softmax_backward_data,
+                               aten.nll_loss_backward])
 
 
 def _cudagraphs_option(mode: str | None, options: dict[str, Any]) -> bool | str:

@@ -244,3 +244,32 @@ def test_a_graph_of_the_same_code_traced_to_other_dtypes_gets_its_own_program() 
     finally:
         torch.set_default_dtype(default)
         torch._dynamo.reset()
+
+
+def test_a_bf16_loss_saves_its_logits_and_row_statistics_for_backward_not_float32_log_probabilities() -> None:
+    # with `detach` and log-softmax decomposed before the min-cut partition (as Inductor's table does), the
+    # backward recomputes the log-probabilities from the bf16 logits and each row's max and log-sum: the forward
+    # no longer writes a float32 [rows, vocabulary] table for it
+    torch._dynamo.reset()
+
+    def step(h: torch.Tensor, w: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = h @ w
+        return nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+
+    h = torch.randn(2, 8, 32).to(torch.bfloat16).requires_grad_()
+    w = (torch.randn(32, 3000) * 0.2).to(torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, 3000, (2, 8))
+    before = dynamo_backend.mark()
+    loss = torch.compile(step, backend="fusionlab")(h, w, labels)
+    loss.backward()
+    ours = loss.detach(), h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    loss = step(h, w, labels)
+    loss.backward()
+    for mine, eager in zip(ours, (loss.detach(), h.grad, w.grad)):
+        torch.testing.assert_close(mine.float(), eager.float(), atol=2e-2, rtol=2e-2)
+    (forward,) = [g for g in dynamo_backend.since(before) if g.role == "forward"]
+    graph = forward.exploration.decomposed.graph
+    saved = [graph[v].type for v in graph.outputs]
+    assert not [t for t in saved if t.dtype == torch.float32 and t.numel >= 16 * 3000], saved
+    assert any(t.dtype == torch.bfloat16 and t.numel == 16 * 3000 for t in saved), saved

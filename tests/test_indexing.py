@@ -364,6 +364,22 @@ def test_cross_entropy_gathers_the_logits_and_stores_only_row_statistics() -> No
         ex(torch.randn(6, 5000), torch.tensor([0, 1, 5000, 2, 3, 4]))
 
 
+def test_a_causal_lm_loss_gathers_its_bf16_logits_through_the_upcast_and_the_flatten() -> None:
+    # transformers' loss: cross_entropy(logits.float().view(-1, vocab), labels.view(-1)). The gather moves up
+    # through the reshape and the cast (decompose/hoist.py) to the bf16 logits, so no kernel writes the float32
+    # [rows, vocabulary] upcast for the loss kernel to gather from
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+
+    logits, labels = torch.randn(2, 6, 3000).to(torch.bfloat16), torch.randint(0, 3000, (2, 6))
+    ex = _explore(loss, logits, labels)
+    graph = ex.decomposed.graph
+    written = [v for g in ex.fused.groups if g.is_kernel for v in g.outputs]
+    assert all(graph[v].type.numel < logits.numel() for v in written), written
+    fresh = torch.randn(2, 6, 3000).to(torch.bfloat16), torch.randint(0, 3000, (2, 6))
+    _same(ex, loss, *fresh, exact=False)
+
+
 def test_a_gather_of_a_deep_shared_chain_decomposes_quickly() -> None:
     # y = y * y + y fourteen times: each value is read twice, so an unmemoised walk up the chain takes 2^14 paths
     def fn(y: torch.Tensor, i: torch.Tensor) -> torch.Tensor:

@@ -66,7 +66,24 @@ def _gathered(builder: Builder, table: Ref, indices: Sequence[Ref], dim: int, sh
         return builder._add("pointwise", node.op, args, TensorType(shape, node.type.dtype), dict(node.params))
     if node.kind == "view" and node.op == "expand":
         return _through_expand(builder, node, indices, dim, shape, wrap)
+    if node.kind == "view" and node.op == "reshape":
+        return _through_reshape(builder, node, indices, dim, shape, wrap)
     return None
+
+
+def _through_reshape(builder: Builder, node: Node, indices: Sequence[Ref], dim: int, shape: tuple[Dim, ...],
+                     wrap: bool) -> Ref | None:
+    """A gather of a reshaped pointwise value (`float(logits).view(-1, vocab)[i, t]`) gathers from the op over
+    reshaped operands (`reshaped`), which moves on up: the reshape of an input is a free view."""
+    source = builder.producer(Ref(node.inputs[0]))
+    after = tuple(node.type.shape)
+    if source is None or not hoistable(source) or not all(isinstance(d, int) for d in after):
+        return None
+    moved = reshaped(builder, Ref(node.inputs[0]), after)  # type: ignore[arg-type]
+    producer = builder.producer(moved)
+    if producer is None or not hoistable(producer):
+        return None
+    return gathered(builder, moved, indices, dim, shape, wrap)
 
 
 def _through_expand(builder: Builder, node: Node, indices: Sequence[Ref], dim: int, shape: tuple[Dim, ...],
