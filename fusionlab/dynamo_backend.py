@@ -373,8 +373,8 @@ def _joint_decompositions() -> dict[Any, Any]:
     Log-softmax, its backward and `nll_loss_backward` likewise, with `detach` (an alias: the min-cut never
     recomputes through a detach, and autograd detaches the log-softmax it saves): the backward then recomputes a
     causal LM's log-probabilities from the bf16 logits and each row's max and log-sum, where the forward wrote them
-    as a float32 [tokens, vocabulary] table (GPT-2 at 8x512 tokens: 0.8 GB a step). The fusion pass decomposes what is left
-    (decompose/)."""
+    as a float32 [tokens, vocabulary] table (GPT-2 at 8x512 tokens: 0.8 GB a step). The fusion pass decomposes
+    what is left (decompose/)."""
     from torch._decomp import get_decompositions
 
     aten = torch.ops.aten
