@@ -57,6 +57,19 @@ def test_rblock_halves_until_the_tiles_fit(monkeypatch: pytest.MonkeyPatch) -> N
     assert pipelined_bytes(32, 128, 16) <= H100_SHARED < pipelined_bytes(32, 256, 16)
 
 
+def test_an_outer_reduction_over_a_few_rows_takes_them_all_in_one_wide_tile(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Llama's key and value gradients sum 2 query heads each: 16 rows a step left 7/8 of each tile masked
+    monkeypatch.setattr(launch_config, "shared_memory", lambda: H100_SHARED)
+    gqa = KernelShape("outer_reduction", 4 * 8 * 1024 * 64, 2, False, tile_bytes=4).choose("cuda")
+    assert (gqa.XBLOCK, gqa.RBLOCK, gqa.num_warps) == (2048, 2, 2), gqa
+    eight = KernelShape("outer_reduction", 1 << 20, 8, False, tile_bytes=4).choose("cuda")
+    assert (eight.XBLOCK, eight.RBLOCK) == (512, 8), eight
+    few_columns = KernelShape("outer_reduction", 100, 3, False).choose("cuda")
+    assert (few_columns.XBLOCK, few_columns.RBLOCK) == (128, 4), few_columns
+    nine = KernelShape("outer_reduction", 1 << 20, 9, False).choose("cuda")
+    assert (nine.XBLOCK, nine.RBLOCK) == (32, 16), nine  # more rows: the looped tiles as before
+
+
 def test_tritons_figure_is_within_the_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel compiled for sm_90 with the config chosen at ResNet-50's widest batch norm (4096 channels and
     more take 32 columns a program) fits; the config chosen without counting its tiles does not."""
