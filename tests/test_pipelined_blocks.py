@@ -119,3 +119,11 @@ def _shared(handle: KernelHandle, args: tuple[Any, ...], xnumel: int, rnumel: in
     compiled = triton.compile(ASTSource(function, signature, constants, attributes), target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": config.num_warps})
     return int(compiled.metadata.shared)
+
+
+def test_a_short_outer_reduction_with_more_running_tiles_takes_fewer_columns() -> None:
+    # a Welford pass keeps three tiles: the same registers per thread as two sums at 4096 elements
+    two = KernelShape("outer_reduction", 1 << 20, 4, False, accumulators=2).choose("cuda")
+    three = KernelShape("outer_reduction", 1 << 20, 4, False, accumulators=3).choose("cuda")
+    eight = KernelShape("outer_reduction", 1 << 20, 4, False, accumulators=8).choose("cuda")
+    assert [c.XBLOCK * c.RBLOCK for c in (two, three, eight)] == [4096, 2048, 1024]

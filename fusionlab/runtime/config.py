@@ -160,8 +160,11 @@ def _cuda(shape: KernelShape) -> BlockConfig:
             # 4 x 8 x 1024 x 64): 16 rows a step left most of each tile masked, in programs of 64 elements. All the
             # rows at once, 4096 elements a program, 2 warps: of 22 configs on three such sums (2, 4 and 8 rows) on
             # an H100, at or near the best on each, 1.9-3.2x faster than 32 x 16 (docs/PERFORMANCE.md, round 20).
+            # More running tiles (a Welford pass, several sums sharing the loop) keep the same registers per thread
+            # as the two sums measured: elements x tiles at most 8192.
+            elements = min(4096, 1 << ((8192 // max(1, shape.accumulators)).bit_length() - 1))
             rblock = triton.next_power_of_2(shape.rnumel)
-            xblock = min(triton.next_power_of_2(max(shape.xnumel, 1)), 4096 // rblock)
+            xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), elements // rblock))
             while xblock > 32 and pipelined_bytes(xblock, rblock, shape.tile_bytes) > shared_memory():
                 xblock //= 2
             return BlockConfig(xblock, rblock, 2)
