@@ -76,10 +76,9 @@ def _through_reshape(builder: Builder, node: Node, indices: Sequence[Ref], dim: 
     """A gather of a reshaped pointwise value (`float(logits).view(-1, vocab)[i, t]`) gathers from the op over
     reshaped operands (`reshaped`), which moves on up: the reshape of an input is a free view."""
     source = builder.producer(Ref(node.inputs[0]))
-    after = tuple(node.type.shape)
-    if source is None or not hoistable(source) or not all(isinstance(d, int) for d in after):
+    if source is None or not hoistable(source) or not all(isinstance(d, int) for d in node.type.shape):
         return None
-    moved = reshaped(builder, Ref(node.inputs[0]), after)  # type: ignore[arg-type]
+    moved = reshaped(builder, Ref(node.inputs[0]), tuple(int(d) for d in node.type.shape))
     producer = builder.producer(moved)
     if producer is None or not hoistable(producer):
         return None
