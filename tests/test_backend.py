@@ -246,6 +246,33 @@ def test_a_graph_of_the_same_code_traced_to_other_dtypes_gets_its_own_program() 
         torch._dynamo.reset()
 
 
+def test_a_loss_over_shifted_logits_made_contiguous_trains_as_eager_does() -> None:
+    # the causal-LM loss of earlier transformers releases: `logits[..., :-1, :].contiguous()` then `view(-1, vocab)`.
+    # The backward's view of the slice's gradient has no strides PyTorch can view (torch's meta `view` raised a
+    # ValueError here, not the RuntimeError the program writer caught): the writer must copy, not fail to build
+    torch._dynamo.reset()
+
+    def step(h: torch.Tensor, w: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = (h @ w).float()
+        shifted = logits[..., :-1, :].contiguous()
+        return nn.functional.cross_entropy(shifted.view(-1, shifted.shape[-1]), labels[..., 1:].contiguous().view(-1))
+
+    h = torch.randn(2, 8, 32).to(torch.bfloat16).requires_grad_()
+    w = (torch.randn(32, 3000) * 0.2).to(torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, 3000, (2, 8))
+    labels[0, 3] = -100
+    before = dynamo_backend.mark()
+    loss = torch.compile(step, backend="fusionlab")(h, w, labels)
+    loss.backward()
+    ours = loss.detach(), h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    loss = step(h, w, labels)
+    loss.backward()
+    for mine, eager in zip(ours, (loss.detach(), h.grad, w.grad)):
+        torch.testing.assert_close(mine.float(), eager.float(), atol=2e-2, rtol=2e-2)
+    assert {g.role for g in dynamo_backend.since(before)} == {"forward", "backward"}
+
+
 def test_a_bf16_loss_saves_its_logits_and_row_statistics_for_backward_not_float32_log_probabilities() -> None:
     # with `detach` and log-softmax decomposed before the min-cut partition (as Inductor's table does), the
     # backward recomputes the log-probabilities from the bf16 logits and each row's max and log-sum: the forward

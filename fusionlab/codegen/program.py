@@ -392,7 +392,7 @@ def view_layout(node: Node, source_shape: tuple[Dim, ...], source: tuple[Dim, ..
     if node.op == "reshape" and all(isinstance(d, int) for d in sizes):  # a view where PyTorch makes one
         try:
             made = torch.empty_strided(source_shape, source, device="meta").view(node.type.shape)
-        except RuntimeError:
+        except (RuntimeError, ValueError):  # torch's meta `view` raises either, by version
             return None  # reshape copies here
         return tuple(made.stride()), offset
     return None
