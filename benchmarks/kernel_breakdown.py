@@ -70,17 +70,17 @@ def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
 
 
 def _describe(kernels: list[str]) -> None:
-    """What each of the costliest generated kernels computes: its graph, its values with their types, and the
-    module and line they come from (a kernel name can recur in several graphs)."""
+    """What each of the costliest generated kernels computes: its graph, the values it stores with their types, and
+    the module and line they come from (a kernel name can recur in several graphs)."""
     from fusionlab import dynamo_backend
 
-    print("\n| kernel | graph | its last values | from |\n|---|---|---|---|")
+    print("\n| kernel | graph | what it stores | from |\n|---|---|---|---|")
     for backend_graph in dynamo_backend.graphs:
         ex = backend_graph.exploration
         graph = ex.decomposed.graph
         for group in ex.fused.groups:
             if group.is_kernel and group.name in kernels:
-                stored = [graph[n].type.text() for n in group.nodes if graph[n].kind != "view"][-3:]
+                stored = [graph[n].type.text() for n in group.outputs]
                 where = next((graph[n].where for n in group.nodes if graph[n].where), "")
                 print(f"| `{group.name}` | {backend_graph.name} | {', '.join(stored)} | {where} |")
 

@@ -63,6 +63,12 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], tuple[tuple[int, ...], ...],
                                      ((8, 15),), 1),
     "square_shapes": (lambda x: (x - x.mean(-1, keepdim=True)).view(8, 8, 8).abs().view(64, 8).sum(0),
                       ((64, 8),), 2),
+    # a value in memory beside the reshape (a backward's incoming gradient) is read through a view of it, dense
+    # or strided
+    "softmax_then_unflatten_plus_an_input": (lambda x, t: torch.softmax(x, -1).view(2, 3, 8) + t,
+                                             ((6, 8), (2, 3, 8)), 1),
+    "softmax_then_unflatten_plus_a_transposed_input": (lambda x, t: torch.softmax(x, -1).view(2, 3, 8) + t.mT,
+                                                       ((6, 8), (2, 8, 3)), 2),
     # the scale's rows are not the sum's rows at its own shape: it stays
     "sum_then_unflatten_then_scale": (lambda x, s: x.sum(-1).view(3, 4) * s, ((12, 5), (3, 1)), 2),
 }
@@ -92,3 +98,25 @@ def test_a_shared_cast_is_not_computed_twice() -> None:
                                                                                          dtype=torch.bfloat16))
     casts = [n for n in ex.decomposed.graph.nodes if n.op == "cast"]
     assert len(casts) == 1, ex.decomposed.as_text()
+
+
+def test_the_loss_gradient_plus_the_incoming_logits_gradient_is_one_kernel() -> None:
+    # a causal LM returns its logits beside the loss: the backward adds their incoming gradient to the loss's,
+    # `add(dlogits, reshape(g))`; the add moves above the reshape and joins the log-softmax backward's kernel
+    # instead of a kernel that reads and writes the whole bf16 [batch, tokens, vocabulary] table once more
+    def backward(grad: torch.Tensor, log_probabilities: torch.Tensor, incoming: torch.Tensor) -> torch.Tensor:
+        flat = grad - torch.exp(log_probabilities) * grad.sum(-1, keepdim=True)
+        return incoming + flat.to(torch.bfloat16).view(incoming.shape)
+
+    def example() -> tuple[torch.Tensor, ...]:
+        return (torch.randn(32, 96), torch.log_softmax(torch.randn(32, 96), -1),
+                torch.randn(2, 16, 96, dtype=torch.bfloat16))
+
+    ex = fl.explore(backward, *example())
+    kernels = _kernels(ex)
+    assert len(kernels) == 1 and kernels[0].startswith("reduction") and "add" in kernels[0], kernels
+    for strided in (False, True):
+        fresh = list(example())
+        if strided:  # an incoming gradient of other strides than the example's
+            fresh[2] = torch.randn(2, 96, 16, dtype=torch.bfloat16).mT
+        torch.testing.assert_close(ex(*fresh), backward(*fresh), rtol=1e-2, atol=1e-2)

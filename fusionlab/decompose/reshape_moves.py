@@ -11,7 +11,8 @@ keeps their order), so this pass moves the reshape across it:
 - **up**, `reshape(f(x)) -> f(reshape(x))`, where the ops above the reshape lead only to values in memory anyway
   (graph inputs, extern results: their reshape is a free view); the ops then fuse into the reshape's consumer;
 - **down**, `f(reshape(v)) -> reshape(f(v))`, where `v` is computed by a kernel: `f` then joins `v`'s kernel and
-  its result is reshaped as a view instead.
+  its result is reshaped as a view instead. `f`'s other operands are reshapes of such values, broadcasts, or values
+  in memory (a backward adds the model's incoming gradient of the logits to the loss's: `add(dlogits, reshape(g))`).
 
 Only a value read by the reshape alone moves (nothing is computed twice), and only static sizes. The two
 directions never undo each other: a reshape moved up sits on inputs and extern results, one moved down below a
@@ -178,7 +179,8 @@ class _Mover:
     # -- down: f(reshape(v)) -> reshape(f(v)) ----------------------------------------------------------
     def _sunk_operands(self, node: Node) -> tuple[tuple[int, ...], list[tuple[str, str]]] | None:
         """The shape `node` would be computed at and, per operand, how it reads there: ("source", v) for a reshape
-        of a kernel's value, ("expand", x) for a broadcast; None where it cannot move."""
+        of a kernel's value, ("expand", x) for a broadcast, ("memory", x) for an input or extern result of `node`'s
+        shape (a backward's incoming gradient); None where it cannot move."""
         after = tuple(node.type.shape)
         shape: tuple[int, ...] | None = None
         for a in node.args:
@@ -207,6 +209,8 @@ class _Mover:
                 if small is None:
                     return None
                 reads.append(("expand", a.name))
+            elif operand.kind in ("input", "extern") and tuple(operand.type.shape) == after:
+                reads.append(("memory", a.name))  # in memory anyway: read through a reshape view of it
             else:
                 return None
         return shape, reads
@@ -227,6 +231,8 @@ class _Mover:
             how, value = next(moved)
             if how == "source":
                 args.append(Ref(value))
+            elif how == "memory":
+                args.append(self._reshape(value, shape, self._current(value)))
             else:
                 expand = self._current(value)
                 small = self._broadcast_source(expand, shape)
