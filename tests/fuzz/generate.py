@@ -15,6 +15,7 @@ import random
 import re
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -509,8 +510,35 @@ def generate(seed: int) -> Program:
     extra = ("input_mutation",) if mutated else ()
     # a third of the programs loop over every reduction's rows (drawn apart from `rng`: the programs stay the same)
     looped = random.Random(seed * 7919 + 1).random() < 0.3
-    return Program(seed, program.inputs, tuple(builder.statements), tuple(dict.fromkeys(outputs)), sizes, call_sizes,
+    # a quarter of those that write no input also train through the backend (backward of a weighted sum of outputs)
+    # where eager can: those with floating inputs
+    if not mutated and random.Random(seed * 7919 + 2).random() < 0.25:
+        runners = (*runners, "train")
+    made = Program(seed, program.inputs, tuple(builder.statements), tuple(dict.fromkeys(outputs)), sizes, call_sizes,
                    is_dynamic, runners, program.input_seed, extra, looped)
+    if "train" in runners and not _trains_in_eager(made):
+        made = replace(made, runners=runners[:-1])
+    return made
+
+
+def _trains_in_eager(program: Program) -> bool:
+    """Eager autograd runs the program's forward and backward, and some input gets a gradient (an in-place write
+    to a value backward needs, an op without a derivative: eager raises; integer inputs have no gradient)."""
+    from tests.fuzz.oracle import _backward
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for sizes in program.size_sets:
+                inputs = program.make_inputs(sizes)
+                for x in inputs:
+                    x.requires_grad_(x.is_floating_point())
+                _backward(program.function()(*inputs), seed=0)
+                if not any(x.grad is not None for x in inputs):
+                    return False
+    except Exception:  # noqa: BLE001 - any failure of eager's own
+        return False
+    return True
 
 
 def _mutates_inputs(builder: Builder) -> bool:

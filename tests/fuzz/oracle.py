@@ -149,14 +149,15 @@ def _failed(runner: str, stage: str, error: BaseException) -> Result:
 
 
 def run(program: Program, runner: str) -> Result:
-    """`runner` is "explore" (fl.explore, then calls at every size) or "compile" (torch.compile, backend
-    "fusionlab")."""
+    """`runner` is "explore" (fl.explore, then calls at every size), "compile" (torch.compile, backend
+    "fusionlab") or "train" (the same, with the floating inputs requiring grad: a weighted sum of the floating
+    outputs is backpropagated and each input's gradient compared with eager's)."""
     with warnings.catch_warnings(), _short_loops(program.looped and runner == "explore"):
         warnings.simplefilter("ignore")
         try:
             return _run(program, runner)
         finally:
-            if runner == "compile":
+            if runner in ("compile", "train"):
                 torch._dynamo.reset()
 
 
@@ -201,23 +202,53 @@ def _run(program: Program, runner: str) -> Result:
         order = sets
     for number, sizes in enumerate(order):
         want_inputs, got_inputs = program.make_inputs(sizes), program.make_inputs(sizes)
+        if runner == "train":
+            for x in (*want_inputs, *got_inputs):
+                x.requires_grad_(x.is_floating_point())
         with _Dtypes() as dtypes:
             want = fn(*want_inputs)
+        stage = "first call" if number == 0 else f"call {number + 1}"
         try:
             got = call(*got_inputs)
         except Exception as error:  # noqa: BLE001 - classified
-            return _failed(runner, "first call" if number == 0 else f"call {number + 1}", error)
+            return _failed(runner, stage, error)
+        if runner == "train":
+            _backward(want, seed=number)
+            try:
+                _backward(got, seed=number)
+            except Exception as error:  # noqa: BLE001 - classified
+                return _failed(runner, f"backward of the {stage}", error)
         where = f" (call {number + 1}, sizes {sizes})" if len(sets) > 1 else ""
         got_leaves = pytree.tree_leaves(got) if isinstance(got, (tuple, list)) else [got]
         want_leaves = pytree.tree_leaves(want)
         through = per_output if per_output is not None and len(per_output) == len(want_leaves) else dtypes.loosest
         difference = compare("output", want_leaves, got_leaves, through) or compare(
             "input after the call", want_inputs, got_inputs, dtypes.loosest)
+        if runner == "train" and not difference:
+            difference = compare("gradient of input", *_gradients(want_inputs, got_inputs), dtypes.loosest)
         if difference:
             kind = "input" if difference.startswith("input") else "output"
             mismatch = "shape/dtype" if "fusionlab torch." in difference or "tensors" in difference else "values"
             return Result(runner, "wrong", difference + where, f"{kind} {mismatch}")
     return Result(runner, "pass")
+
+
+def _backward(outputs: Any, seed: int) -> None:
+    """Backpropagate a weighted sum of the floating outputs that require grad (weights drawn from `seed`: the same
+    for eager and fusionlab, and not all ones, so each output's gradient counts on its own)."""
+    leaves = [t for t in pytree.tree_leaves(outputs)
+              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    generator = torch.Generator().manual_seed(seed)
+    terms = [(t.float() * (torch.rand(t.shape, generator=generator) + 0.5)).sum() for t in leaves]
+    if terms:
+        torch.stack(terms).sum().backward()
+
+
+def _gradients(want: Sequence[torch.Tensor], got: Sequence[torch.Tensor]) -> tuple[list[Any], list[Any]]:
+    """The inputs' gradients, eager's and fusionlab's (an input no output depends on has none in both: zeros)."""
+    pairs = [(w, g) for w, g in zip(want, got) if w.requires_grad]
+    return ([w.grad if w.grad is not None else torch.zeros_like(w) for w, _ in pairs],
+            [g.grad if g.grad is not None else torch.zeros_like(g) for _, g in pairs])
 
 
 def run_all(program: Program) -> list[Result]:
