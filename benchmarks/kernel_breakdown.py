@@ -62,6 +62,7 @@ def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
         _describe([kernel for kernel, _ in ranked if _kind(kernel) == "generated (Triton)"][:8])
     folder = os.environ.get("KERNELS_CSV")
     if folder:  # every kernel, for a closer look than the table's
+        os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"kernels-{name}-{'training' if train else 'inference'}-{layout}.csv"),
                   "w", newline="") as file:
             writer = csv.writer(file)
