@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -246,6 +247,23 @@ def test_a_graph_of_the_same_code_traced_to_other_dtypes_gets_its_own_program() 
         torch._dynamo.reset()
 
 
+def _loss_step_against_eager(step: Callable[..., torch.Tensor], labels: torch.Tensor) -> int:
+    """A bf16 loss step of hidden states [2, 8, 32] and a [32, 3000] head through the backend, its loss and both
+    gradients against eager's; the backend's mark from before the compile."""
+    h = torch.randn(2, 8, 32).to(torch.bfloat16).requires_grad_()
+    w = (torch.randn(32, 3000) * 0.2).to(torch.bfloat16).requires_grad_()
+    before = dynamo_backend.mark()
+    loss = torch.compile(step, backend="fusionlab")(h, w, labels)
+    loss.backward()
+    ours = loss.detach(), h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    loss = step(h, w, labels)
+    loss.backward()
+    for mine, eager in zip(ours, (loss.detach(), h.grad, w.grad)):
+        torch.testing.assert_close(mine.float(), eager.float(), atol=2e-2, rtol=2e-2)
+    return before
+
+
 def test_a_loss_over_shifted_logits_made_contiguous_trains_as_eager_does() -> None:
     # the causal-LM loss of earlier transformers releases: `logits[..., :-1, :].contiguous()` then `view(-1, vocab)`.
     # The backward's view of the slice's gradient has no strides PyTorch can view (torch's meta `view` raised a
@@ -257,19 +275,9 @@ def test_a_loss_over_shifted_logits_made_contiguous_trains_as_eager_does() -> No
         shifted = logits[..., :-1, :].contiguous()
         return nn.functional.cross_entropy(shifted.view(-1, shifted.shape[-1]), labels[..., 1:].contiguous().view(-1))
 
-    h = torch.randn(2, 8, 32).to(torch.bfloat16).requires_grad_()
-    w = (torch.randn(32, 3000) * 0.2).to(torch.bfloat16).requires_grad_()
     labels = torch.randint(0, 3000, (2, 8))
     labels[0, 3] = -100
-    before = dynamo_backend.mark()
-    loss = torch.compile(step, backend="fusionlab")(h, w, labels)
-    loss.backward()
-    ours = loss.detach(), h.grad.clone(), w.grad.clone()
-    h.grad = w.grad = None
-    loss = step(h, w, labels)
-    loss.backward()
-    for mine, eager in zip(ours, (loss.detach(), h.grad, w.grad)):
-        torch.testing.assert_close(mine.float(), eager.float(), atol=2e-2, rtol=2e-2)
+    before = _loss_step_against_eager(step, labels)
     assert {g.role for g in dynamo_backend.since(before)} == {"forward", "backward"}
 
 
@@ -283,18 +291,7 @@ def test_a_bf16_loss_saves_its_logits_and_row_statistics_for_backward_not_float3
         logits = h @ w
         return nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
 
-    h = torch.randn(2, 8, 32).to(torch.bfloat16).requires_grad_()
-    w = (torch.randn(32, 3000) * 0.2).to(torch.bfloat16).requires_grad_()
-    labels = torch.randint(0, 3000, (2, 8))
-    before = dynamo_backend.mark()
-    loss = torch.compile(step, backend="fusionlab")(h, w, labels)
-    loss.backward()
-    ours = loss.detach(), h.grad.clone(), w.grad.clone()
-    h.grad = w.grad = None
-    loss = step(h, w, labels)
-    loss.backward()
-    for mine, eager in zip(ours, (loss.detach(), h.grad, w.grad)):
-        torch.testing.assert_close(mine.float(), eager.float(), atol=2e-2, rtol=2e-2)
+    before = _loss_step_against_eager(step, torch.randint(0, 3000, (2, 8)))
     (forward,) = [g for g in dynamo_backend.since(before) if g.role == "forward"]
     graph = forward.exploration.decomposed.graph
     saved = [graph[v].type for v in graph.outputs]
