@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,3 +45,29 @@ def test_fuzz_campaign(request: pytest.FixtureRequest) -> None:
     request.node.user_properties.append(("fuzz-campaign", summary.lines()))
     assert summary.failed == 0, (f"{summary.failed} wrong or crashed runs over {summary.programs} programs; "
                                  f"repros in {out}/\n" + "\n".join(summary.lines()))
+
+
+def test_the_training_runner_reports_a_wrong_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a backend whose outputs are right and whose gradients are twice eager's: "wrong", named as a gradient
+    import torch
+
+    from tests.fuzz import oracle
+
+    class Doubled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad * 2
+
+    def compile_doubled(fn: Any, **_: Any) -> Any:
+        return lambda *args: tuple(Doubled.apply(t) if t.requires_grad else t for t in fn(*args))
+
+    program = next(p for p in map(generate, DEFAULT_SEEDS) if "train" in p.runners)
+    assert run_all(program)[-1].outcome == "pass"
+    monkeypatch.setattr(oracle.torch, "compile", compile_doubled)
+    result = oracle.run(program, "train")
+    assert result.outcome == "wrong" and result.detail.startswith("gradient of input"), result
+    assert result.signature == "gradient values"

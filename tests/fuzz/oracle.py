@@ -227,7 +227,7 @@ def _run(program: Program, runner: str) -> Result:
         if runner == "train" and not difference:
             difference = compare("gradient of input", *_gradients(want_inputs, got_inputs), dtypes.loosest)
         if difference:
-            kind = "input" if difference.startswith("input") else "output"
+            kind = next((k for k in ("input", "gradient") if difference.startswith(k)), "output")
             mismatch = "shape/dtype" if "fusionlab torch." in difference or "tensors" in difference else "values"
             return Result(runner, "wrong", difference + where, f"{kind} {mismatch}")
     return Result(runner, "pass")
