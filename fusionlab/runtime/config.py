@@ -144,30 +144,35 @@ def _tiled(shape: KernelShape, elements: int, rblock_cap: int) -> BlockConfig:
 SHORT_OUTER_ROWS = 8  # an outer reduction over this many rows or fewer takes them all in one tile
 
 
+def _short_outer(shape: KernelShape) -> BlockConfig:
+    """A few rows (Llama's key and value gradients, summed over the query heads that share them: 2 rows of
+    4 x 8 x 1024 x 64): 16 rows a step left most of each tile masked, in programs of 64 elements. All the rows at
+    once, 4096 elements a program, 2 warps: of 22 configs on three such sums (2, 4 and 8 rows) on an H100, at or near
+    the best on each, 1.9-3.2x faster than 32 x 16 (docs/PERFORMANCE.md, round 20). More running tiles (a Welford
+    pass, several sums sharing the loop) keep the same registers per thread as the two sums measured: elements x
+    tiles at most 8192."""
+    per_tile = 8192 // max(1, shape.accumulators)
+    elements = min(4096, 1 << (per_tile.bit_length() - 1))  # the largest power of two within per_tile
+    rblock = triton.next_power_of_2(shape.rnumel)
+    xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), elements // rblock))
+    while xblock > 32 and pipelined_bytes(xblock, rblock, shape.tile_bytes) > shared_memory():
+        xblock //= 2
+    return BlockConfig(xblock, rblock, 2)
+
+
 def _cuda(shape: KernelShape) -> BlockConfig:
     if shape.kind == "tiled":
         # Short rows (a head's width) take 2048 elements a program: the rotary embedding's query kernel (4 x 32 x
         # 2048 rows of 128, five operands) took 0.0408 ms at 16 x 128 against 0.0471 at 32 x 128, both 4 warps (H200
         # sweep, docs/PERFORMANCE.md, eleventh round); long rows keep 4096 (gelu_bias: no config was better).
         return _tiled(shape, 2048 if triton.next_power_of_2(max(shape.rnumel, 1)) <= 256 else 4096, 1024)
+    if shape.kind == "outer_reduction" and 0 < shape.rnumel <= SHORT_OUTER_ROWS:
+        return _short_outer(shape)
     if shape.kind == "outer_reduction":
         # 32 columns (64 contiguous bytes of bf16) by up to 256 rows, 8 warps, with the loop software-pipelined
         # (kernel.py): among the best of 36-72 configs per workload on an H200 (docs/PERFORMANCE.md): a sum over
         # axis 0 of 8192 x 8192 0.045 ms (16 x 128 unpipelined 0.052; 128 x 16 0.083), column_normalize 0.129 ms.
         # Narrower when there are too few columns to fill the GPU.
-        if 0 < shape.rnumel <= SHORT_OUTER_ROWS:
-            # A few rows (Llama's key and value gradients, summed over the query heads that share them: 2 rows of
-            # 4 x 8 x 1024 x 64): 16 rows a step left most of each tile masked, in programs of 64 elements. All the
-            # rows at once, 4096 elements a program, 2 warps: of 22 configs on three such sums (2, 4 and 8 rows) on
-            # an H100, at or near the best on each, 1.9-3.2x faster than 32 x 16 (docs/PERFORMANCE.md, round 20).
-            # More running tiles (a Welford pass, several sums sharing the loop) keep the same registers per thread
-            # as the two sums measured: elements x tiles at most 8192.
-            elements = min(4096, 1 << ((8192 // max(1, shape.accumulators)).bit_length() - 1))
-            rblock = triton.next_power_of_2(shape.rnumel)
-            xblock = max(1, min(triton.next_power_of_2(max(shape.xnumel, 1)), elements // rblock))
-            while xblock > 32 and pipelined_bytes(xblock, rblock, shape.tile_bytes) > shared_memory():
-                xblock //= 2
-            return BlockConfig(xblock, rblock, 2)
         xblock = 32 if shape.xnumel >= 4096 else 16
         xblock = min(xblock, triton.next_power_of_2(max(shape.xnumel, 1)))
         # Welford's three running tiles at 32 x 256 spill: 0.196 ms against 0.147 at 32 x 128 (column_normalize).

@@ -524,7 +524,7 @@ def generate(seed: int) -> Program:
 def _trains_in_eager(program: Program) -> bool:
     """Eager autograd runs the program's forward and backward, and some input gets a gradient (an in-place write
     to a value backward needs, an op without a derivative: eager raises; integer inputs have no gradient)."""
-    from tests.fuzz.oracle import _backward
+    from tests.fuzz.oracle import backpropagate
 
     try:
         with warnings.catch_warnings():
@@ -533,7 +533,7 @@ def _trains_in_eager(program: Program) -> bool:
                 inputs = program.make_inputs(sizes)
                 for x in inputs:
                     x.requires_grad_(x.is_floating_point())
-                _backward(program.function()(*inputs), seed=0)
+                backpropagate(program.function()(*inputs), seed=0)
                 if not any(x.grad is not None for x in inputs):
                     return False
     except Exception:  # noqa: BLE001 - any failure of eager's own

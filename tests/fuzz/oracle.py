@@ -213,9 +213,9 @@ def _run(program: Program, runner: str) -> Result:
         except Exception as error:  # noqa: BLE001 - classified
             return _failed(runner, stage, error)
         if runner == "train":
-            _backward(want, seed=number)
+            backpropagate(want, seed=number)
             try:
-                _backward(got, seed=number)
+                backpropagate(got, seed=number)
             except Exception as error:  # noqa: BLE001 - classified
                 return _failed(runner, f"backward of the {stage}", error)
         where = f" (call {number + 1}, sizes {sizes})" if len(sets) > 1 else ""
@@ -233,7 +233,7 @@ def _run(program: Program, runner: str) -> Result:
     return Result(runner, "pass")
 
 
-def _backward(outputs: Any, seed: int) -> None:
+def backpropagate(outputs: Any, seed: int) -> None:
     """Backpropagate a weighted sum of the floating outputs that require grad (weights drawn from `seed`: the same
     for eager and fusionlab, and not all ones, so each output's gradient counts on its own)."""
     leaves = [t for t in pytree.tree_leaves(outputs)
