@@ -16,8 +16,9 @@ launch on the H200 host for BERT) is paid once, at capture. What that needs, and
   caller still holds at the next call (a loss kept for printing, gradients accumulated over steps) is copied on
   every call from then on (one more read and write of its bytes), by a graph captured again, since the first one
   writes the memory the caller holds. What is let go before the next call (a backward's gradients, taken by
-  autograd and dropped by `zero_grad`; logits once the loss is computed) is never copied: copying every output cost
-  GPT-2's training step 1.8 ms of GPU time on an H100. With `clone_outputs=False` the outputs are that memory itself,
+  autograd and dropped by `zero_grad`; logits once the loss is computed) is never copied (with every output copied,
+  GPT-2's training step took 12.1 ms of GPU time with graphs against 10.3 without, on an H100: docs/PERFORMANCE.md,
+  round 21). With `clone_outputs=False` the outputs are that memory itself,
   overwritten by the next call, as Inductor's `mode="reduce-overhead"` does: read them (or `.clone()` them) before
   the next call. Each replay then
   bumps the outputs' version counters, so autograd refuses a backward whose saved activations a second forward
