@@ -325,6 +325,10 @@ class CudaGraphs:
         for entries in self.graphs.values():
             entries[:] = [e for e in entries if not any(p not in e.cloned for p in positions)]
         self._handed = ()
+        if not any(self.graphs.values()):
+            # torch's allocator refuses a capture into a pool whose graphs are all gone while its memory is still
+            # held (here: by the outputs the caller kept): the next capture takes a pool of its own
+            self._pool = None
 
     def _bypass(self, tensors: Sequence[Any]) -> tuple[torch.Tensor, ...]:
         """Run without the graph, on fresh memory (and write the mutated inputs, as a replay would)."""
