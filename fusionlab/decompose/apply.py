@@ -24,6 +24,7 @@ from fusionlab.capture.decompositions import decomposed_from
 from fusionlab.decompose import attention
 from fusionlab.decompose import layout as layouts
 from fusionlab.decompose.builder import Builder, Rule, RuleNotApplicable, short_name
+from fusionlab.decompose.operand_layout import attention_operands_as_traced
 from fusionlab.decompose.output_layout import eager_output_strides
 from fusionlab.decompose.reshape_moves import move_reshapes
 from fusionlab.decompose.rules import RULES
@@ -98,7 +99,8 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
               output_strides: Sequence[tuple[int, ...] | None] | None = None) -> DecomposeResult:
     """Apply the rule table to every aten node, in program order; then choose the convolutions' layout (`layout`:
     decompose/layout.py; the outputs from `saved_from` on are saved activations, which may come back
-    channels-last); then lay out the caller's outputs as eager does (decompose/output_layout.py)."""
+    channels-last); then lay out the caller's outputs as eager does (decompose/output_layout.py), and the fused
+    attentions' operands as traced (decompose/operand_layout.py)."""
     table = RULES if rules is None else rules
     nodes: list[Node] = []
     builder = Builder(nodes, {})
@@ -157,6 +159,7 @@ def decompose(captured: CaptureResult, rules: dict[Any, Rule] | None = None, lay
     # the channels-last saved activations of a training step)
     traced = {} if given and training else _value_strides(captured.graph_module, values, graph)
     graph = eager_output_strides(graph, strides, traced)
+    graph = attention_operands_as_traced(graph, captured.graph_module, saved_from)
     return DecomposeResult(graph, tuple(f for f in fallbacks if f[0] in running), tuple(values))
 
 

@@ -33,7 +33,7 @@ def eager_output_strides(graph: Graph, strides: Sequence[tuple[int, ...] | None]
         while node.kind == "view" and node.op != "output_of" and node.inputs:
             first, node = node, graph[node.inputs[0]]
             wanted = traced.get(node.name)
-        order = _dense_order(node.type.shape, wanted) if node.kind in ("pointwise", "reduction") else None
+        order = dense_order(node.type.shape, wanted) if node.kind in ("pointwise", "reduction") else None
         if order is None or order == tuple(range(len(order))):
             continue
         orders[node.name] = order
@@ -54,7 +54,7 @@ def eager_output_strides(graph: Graph, strides: Sequence[tuple[int, ...] | None]
     return Graph(graph.inputs, tuple(nodes), outputs, graph.hints)
 
 
-def _dense_order(shape: tuple[Any, ...], strides: tuple[int, ...] | None) -> tuple[int, ...] | None:
+def dense_order(shape: tuple[Any, ...], strides: tuple[int, ...] | None) -> tuple[int, ...] | None:
     """The dimension order (outermost first) in which `strides` lay a dense `shape` out, or None when they do not
     (overlapping, gaps, symbolic sizes), or when they are row-major but for dims of size 1."""
     if strides is None or len(strides) != len(shape) or not all(isinstance(d, int) for d in (*shape, *strides)):
