@@ -258,12 +258,19 @@ class ProgramWriter:
             self.lines.append(f"    {target} = reinterpret({root}, {render_shape(node.type.shape)}, "
                               f"{render_shape(strides)}, {render_dim(offset)})  # view of {root}, as built")
             return
+        dims = tuple(int(d) for d in node.param("dims", ()))
+        if node.name in self.composed:  # a permute of a permute: one step from the chain's start
+            root, dims = self.composed[node.name]
+            if dims == tuple(range(len(dims))) and node.name not in self.graph.outputs:
+                self.lines.append(f"    {target} = {self.var(root)}  # the permutes cancel: the value itself")
+                return
+            source = self.var(root)  # (a result the caller gets stays a view, even where they cancel)
         if node.op == "reshape":
             expr = f"{source}.reshape({render_shape(node.type.shape)})"
         elif node.op == "expand":
             expr = f"{source}.expand({render_shape(node.type.shape)})"
         elif node.op == "permute":
-            expr = f"{source}.permute({tuple(int(d) for d in node.param('dims'))})"
+            expr = f"{source}.permute({dims})"
         elif node.op == "slice":
             dim, start, step = int(node.param("dim")), node.param("start"), int(node.param("step"))
             length = node.type.shape[dim]
@@ -314,6 +321,7 @@ class ProgramWriter:
         # reads them; a result the caller gets stays a view PyTorch made
         self.direct_views = {v for v in self.layouts if v in self.wrapper_views and v not in self.graph.outputs
                              and self.graph[v].op != "output_of"}
+        self.composed = self._composed_permutes()
         needed = self._needed_views()
         spans: list[tuple[str, int, int]] = []  # each group's lines, as indices into self.lines
         for index, group in enumerate(self.fused.groups):
@@ -350,12 +358,36 @@ class ProgramWriter:
                     for value in self.graph[name].inputs:
                         readers.setdefault(value, set()).add(name if group.kind != "extern" else "extern")
         needed: set[str] = set()
+        roots: set[str] = set()  # where a needed composed permute starts
         for name in reversed(self.wrapper_views):  # a view's readers come after it
             users = readers.get(name, set())
-            if (name in self.graph.outputs or users - {"kernel"} - self.wrapper_views.keys()
-                    or (users & needed) - self.direct_views or ("kernel" in users and name not in self.view_aliases)):
+            if (name in self.graph.outputs or name in roots or users - {"kernel"} - self.wrapper_views.keys()
+                    or (users & needed) - self.direct_views - self.composed.keys()
+                    or ("kernel" in users and name not in self.view_aliases)):
                 needed.add(name)
+                if name in self.composed:
+                    roots.add(self.composed[name][0])
         return needed
+
+    def _composed_permutes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Each permute the wrapper makes of another it makes (a weight's transpose transposed back, in a linear's
+        backward): the value the chain of permutes starts at and the one permutation from it, so the wrapper makes
+        one view, or none when the permutes cancel, instead of one per step (each a Python call on every run)."""
+        composed: dict[str, tuple[str, tuple[int, ...]]] = {}
+        for name in self.wrapper_views:
+            node = self.graph[name]
+            if node.op != "permute" or name in self.direct_views:
+                continue
+            source, dims = node.inputs[0], tuple(int(d) for d in node.param("dims"))
+            if source in composed:
+                root, inner = composed[source]
+            elif (source in self.wrapper_views and self.graph[source].op == "permute"
+                  and source not in self.direct_views):
+                root, inner = self.graph[source].inputs[0], tuple(int(d) for d in self.graph[source].param("dims"))
+            else:
+                continue
+            composed[name] = (root, tuple(inner[d] for d in dims))
+        return composed
 
     def _view_source(self, value: str) -> str:
         """The value a chain of wrapper views starts from (a kernel's output that is itself a view node is where the
