@@ -355,7 +355,8 @@ def explore(fn: Callable[..., Any], *example_inputs: Any, policy: str | Policy =
     choices and their timings are on `ex.compiled.kernels`). `matmul="triton"` turns 2-D matrix products (mm,
     addmm, F.linear) into generated Triton matmuls with their pointwise consumers fused as an epilogue; the default
     `"extern"` runs them in cuBLAS between kernels. `cudagraphs=True` (CUDA only) replays each call from a CUDA graph
-    captured per input layout and returns copies of the outputs; `cudagraphs="overwrite"` returns the graph's own
+    captured per input layout, and results of earlier calls stay as they were (an output still held at the next
+    call is copied from then on); `cudagraphs="overwrite"` returns the graph's own
     output memory, overwritten by the next call (fusionlab.runtime.cudagraphs). `conv_layout="auto"` runs 2-D
     convolutions on CUDA in channels-last order, the kernels around them storing their values so, and in a training
     step's graphs (the backend's forward and backward, or any graph with a convolution backward) also the saved

@@ -8,10 +8,10 @@ inference and a training step, correctness first, then times, kernels and compil
 On CUDA every time is a median of CUDA-event timings (`triton.testing.do_bench`), the three taken in turns over
 several rounds. Beside it, per call: host ms (the wall time until the call returns, started on an idle GPU and not
 synchronised: the CPU's time to issue the work) and GPU ms (the sum of the kernels' times, torch.profiler), and
-launches. With `cudagraphs=True` a row compares fusionlab's CUDA graphs (`options={"cudagraphs": True}`: outputs
-copied) with Inductor's `mode="reduce-overhead"` (eager stays eager). On a CPU fusionlab's kernels run under Triton's
-interpreter, which is not kernel time: its time is left empty and labelled so; eager and Inductor are measured at a
-fixed thread count, and host and GPU ms are left empty.
+launches. With `cudagraphs=True` a row compares fusionlab's CUDA graphs (`options={"cudagraphs": True}`: an output
+held past a call is copied) with Inductor's `mode="reduce-overhead"` (eager stays eager). On a CPU fusionlab's kernels
+run under Triton's interpreter, which is not kernel time: its time is left empty and labelled so; eager and Inductor
+are measured at a fixed thread count, and host and GPU ms are left empty.
 """
 
 from __future__ import annotations

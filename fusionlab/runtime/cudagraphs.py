@@ -10,17 +10,17 @@ launch on the H200 host for BERT) is paid once, at capture. What that needs, and
   `max_graphs` per function (then the call is refused, as a sign of sizes that never settle).
 - warm-up before capture, on a side stream: the first calls compile the kernels, pick launchers and let cuBLAS make
   its workspace, none of which may happen while a stream is capturing.
-- a private memory pool per function, shared by its layouts (they never run at the same time).
+- a private memory pool per function, shared by its layouts (they never run at the same time); a capture after all
+  its graphs were dropped takes a new one.
 - outputs: the graph writes its outputs to the same memory on every replay. By default (`clone_outputs=True`)
   results of an earlier call stay as they were: each output is handed out as the graph's memory, and one that the
   caller still holds at the next call (a loss kept for printing, gradients accumulated over steps) is copied on
   every call from then on (one more read and write of its bytes), by a graph captured again, since the first one
   writes the memory the caller holds. What is let go before the next call (a backward's gradients, taken by
   autograd and dropped by `zero_grad`; logits once the loss is computed) is never copied (with every output copied,
-  GPT-2's training step took 12.1 ms of GPU time with graphs against 10.3 without, on an H100: docs/PERFORMANCE.md,
-  round 21). With `clone_outputs=False` the outputs are that memory itself,
-  overwritten by the next call, as Inductor's `mode="reduce-overhead"` does: read them (or `.clone()` them) before
-  the next call. Each replay then
+  GPT-2's training step took 12.1 ms of GPU time on an H100, 11.1 without those copies: docs/PERFORMANCE.md, round
+  22). With `clone_outputs=False` the outputs are that memory itself, overwritten by the next call, as Inductor's
+  `mode="reduce-overhead"` does: read them (or `.clone()` them) before the next call. Each replay then
   bumps the outputs' version counters, so autograd refuses a backward whose saved activations a second forward
   overwrote ("modified by an inplace operation") instead of computing with them.
 - random ops (dropout): the RNG state is put back after warm-up and capture, so that the first replay draws what an
@@ -79,7 +79,7 @@ def lasting(address: int) -> bool:
     return True
 
 
-#: what `cudagraphs=` takes: off, on with outputs copied per call (the default when on), or on with outputs
+#: what `cudagraphs=` takes: off, on with earlier results kept as they were (the default when on), or on with outputs
 #: overwritten by the next call (Inductor's reduce-overhead semantics, no copy)
 CUDAGRAPH_MODES = (False, True, "overwrite")
 
@@ -87,8 +87,8 @@ CUDAGRAPH_MODES = (False, True, "overwrite")
 def cudagraph_mode(value: Any) -> bool | str:
     """`value` checked as a `cudagraphs=` option."""
     if not any(value is mode or (isinstance(mode, str) and value == mode) for mode in CUDAGRAPH_MODES):
-        raise ValueError(f"cudagraphs={value!r} is not an option: pass False, True (each call returns copies of "
-                         "its outputs) or 'overwrite' (outputs are the graph's memory, overwritten by the next call: "
+        raise ValueError(f"cudagraphs={value!r} is not an option: pass False, True (results of earlier calls stay "
+                         "as they were) or 'overwrite' (outputs are the graph's memory, overwritten by the next call: "
                          "read them first)")
     return value  # type: ignore[no-any-return]
 
