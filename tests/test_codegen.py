@@ -397,3 +397,28 @@ def test_a_tile_over_a_padded_or_concatenated_operand_keeps_to_the_last_dim(fn: 
     assert all(k.columns in ((), (3,)) for k in ex.generated.kernels)
     fresh = torch.randn(4, 6, 10, 12)
     torch.testing.assert_close(ex(fresh), fn(fresh))
+
+
+def _permute_chains(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # a linear's backward in small: a weight transposed and transposed back for a product, the product's result
+    # returned transposed twice; a three-step chain of a 3-D input read by a batched product and returned
+    product = x @ w.t().t()
+    chain = b.permute(0, 2, 1).permute(1, 0, 2).permute(2, 1, 0)
+    return product.t().t(), torch.bmm(chain, c), chain
+
+
+@pytest.mark.parametrize("square", [False, True], ids=["oblong", "square"])
+def test_a_permute_of_a_permute_is_made_in_one_step_and_none_where_they_cancel(square: bool) -> None:
+    n = 6 if square else 5
+    args = (torch.randn(4, n), torch.randn(n, n), *((torch.randn(n, n, n),) * 2 if square
+                                                    else (torch.randn(3, 2, 4), torch.randn(2, 4, 5))))
+    ex = fl.explore(_permute_chains, *args)
+    permutes = [line for line in ex.generated.wrapper.splitlines() if ".permute(" in line]
+    # one view per chain that is returned or read where it is not the value itself
+    assert len(permutes) == 2, "\n".join(permutes)
+    assert "the permutes cancel" in ex.generated.wrapper
+    fresh = tuple(torch.randn_like(a) for a in args)
+    got, want = ex(*fresh), _permute_chains(*fresh)
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e)
+        assert g.stride() == e.stride() and g._is_view() == e._is_view()
