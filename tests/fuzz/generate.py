@@ -1,9 +1,10 @@
 """The random program generator: `generate(seed) -> Program`.
 
 A program is built one statement at a time from templates grouped by feature (reuse, reduce, views, inplace,
-input_mutation, casts, floordiv, index, dynamic, pointwise). Each candidate statement is run eagerly on the
-program's own inputs (at every call size) before it is kept, so templates may be loose: a statement eager rejects
-(a shape mismatch, an in-place write to an expanded view, an integer division by zero) is simply dropped.
+input_mutation, casts, floordiv, index, dynamic, pointwise; a fifth of the programs end with an attention). Each
+candidate statement is run eagerly on the program's own inputs (at every call size) before it is kept, so templates
+may be loose: a statement eager rejects (a shape mismatch, an in-place write to an expanded view, an integer division
+by zero) is simply dropped.
 
 Sizes come from small sets where equal sizes are common: symbols N, M, B with M == N half the time (square
 matrices, [B, N, N]), sizes 1..6, fixed 1s for broadcasting.
@@ -131,7 +132,7 @@ class Builder:
 # Values that may legitimately differ from eager by an ulp or two: half-precision arithmetic (eager rounds every
 # intermediate, a fused kernel keeps float32), reductions (another summation order), transcendental functions.
 # A step function of such a value (floor, %, a comparison, a cast to an integer) turns the ulp into a jump.
-ROUNDS = re.compile(r"@|exp|sigmoid|tanh|gelu|sqrt|norm|softmax|mean|sum|var|std| / |logsumexp|cumsum")
+ROUNDS = re.compile(r"@|exp|sigmoid|tanh|gelu|sqrt|norm|softmax|attention|mean|sum|var|std| / |logsumexp|cumsum")
 DISCONTINUOUS = re.compile(r"//|%|fmod|remainder|rounding_mode|floor|ceil|round|trunc|[<>]|!=|==|argmax|"
                            r"\.to\(torch\.(int|bool)|masked_fill|where")
 PURE_CAST = re.compile(r"^\w+ = \w+(\.to\(torch\.\w+\))+$")
@@ -422,6 +423,37 @@ def dynamic(b: Builder) -> str | None:
     ])
 
 
+def attention(b: Builder) -> str | None:
+    """PyTorch's fused attention over a 4-D form of one value: q (sometimes k) computed pointwise from a transposed
+    view, as a rotary embedding returns it (eager lays the result out in the view's order), the same tensor as q, k
+    and v, a causal mask, the result transposed back and reshaped as a model does."""
+    # float32 and float64 only: in half precision an attention with large scores is ill-conditioned in its query,
+    # and a fused kernel rounds the query once where eager rounds after each op (seed 300217: a bf16 output 0.22 away
+    # from eager's, and exactly eager's with the query rounded once), which no per-dtype tolerance can tell from a bug
+    a = b.pick(lambda x: x.dtype in (torch.float32, torch.float64) and x.dim() >= 2 and x.numel() > 0)
+    if a is None:
+        return None
+    x4 = f"{a}[None, None]" if b.value(a).dim() == 2 else f"{a}.reshape(-1, *{a}.shape[-3:])" \
+        if b.value(a).dim() >= 3 else None
+    if x4 is None:
+        return None
+    # as rotary: pointwise ops on a transposed layout ([B, H, L, D] stored as [B, L, H, D]); or back to row-major
+    heads = f"{x4}.transpose(1, 2).contiguous().transpose(1, 2)"
+    turned = f"({heads} * {b.scalar()} + {heads}.flip(-1))" if b.rng.random() < 0.7 else \
+        f"({x4}.transpose(1, 2) * {b.scalar()} + {x4}.transpose(1, 2).flip(-1)).transpose(1, 2)"
+    causal = b.choice(("True", "False"))
+    name = b.new()
+    form = b.rng.randrange(4)
+    if form == 0:
+        return f"{name} = F.scaled_dot_product_attention({turned}, {x4}, {x4}, is_causal={causal})"
+    if form == 1:
+        return f"{name} = F.scaled_dot_product_attention({turned}, {turned}, {x4} * 2, is_causal={causal})"
+    if form == 2:
+        return f"{name} = F.scaled_dot_product_attention({x4}, {x4}, {x4}, is_causal={causal})"
+    return (f"{name} = F.scaled_dot_product_attention({turned}, {x4}, {x4}, is_causal={causal}).transpose(1, 2)"
+            f".reshape({x4}.shape[0], {x4}.shape[2], -1)")
+
+
 TEMPLATES: dict[str, Callable[[Builder], str | None]] = {
     "reuse": reuse, "reduce": reduce, "views": views, "inplace": inplace, "input_mutation": input_mutation,
     "casts": casts, "floordiv": floordiv, "index": index, "dynamic": dynamic, "pointwise": pointwise,
@@ -499,6 +531,12 @@ def generate(seed: int) -> Program:
         attempts += 1
         group = theme if rng.random() < 0.6 else rng.choice([t for t in TEMPLATES if t != "dynamic" or is_dynamic])
         builder.add(TEMPLATES[group](builder), group)
+    # a fifth of the programs end with a fused attention (drawn apart from `rng`: the statements before stay the same)
+    side = random.Random(seed * 7919 + 3)
+    if side.random() < 0.2:
+        main, builder.rng = builder.rng, side
+        builder.add(attention(builder), "attention")
+        builder.rng = main
     defined = [n for n in builder.names() if n not in {s.name for s in specs}]
     outputs = defined[-1:] or [specs[0].name]
     for name in defined[:-1]:
