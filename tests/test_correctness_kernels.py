@@ -308,3 +308,23 @@ ARITHMETIC: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 @pytest.mark.parametrize("name", ARITHMETIC)
 def test_arithmetic_over_dtypes(name: str, dtype: torch.dtype, shape: tuple[int, ...], device: str) -> None:
     check(ARITHMETIC[name], lambda: (random(shape, dtype, device, -20, 20), random(shape, dtype, device, -20, 20)))
+
+
+# -- two-operand math functions over operands of different tile shapes ----------------------------------------------
+# (a constant made by `full` beside a value per row: BLOOM's ALiBi slopes, `pow(full(base), arange(heads))`; a value
+# per row beside one per column). The CPU's interpreter gave such a result the first operand's shape and failed.
+
+BINARY_MATH: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "alibi_slopes": lambda x: torch.pow(torch.full((), 0.25, device=x.device),
+                                        torch.arange(1, 5, device=x.device, dtype=torch.int32))[:, None, None] * x[0],
+    "pow_row_by_column": lambda x: torch.pow(x.abs().sum(-1, keepdim=True) + 1, x.mean(0, keepdim=True)),
+    "atan2_row_by_column": lambda x: torch.atan2(x.amax(-1, keepdim=True), x.amin(0, keepdim=True)),
+    "fmod_constant_by_row": lambda x: x * torch.fmod(torch.full((), 7.5, device=x.device),
+                                                     x.abs().sum(-1, keepdim=True) + 1),
+}
+
+
+@pytest.mark.parametrize("shape", [(4, 16), (6, 6)], ids=str)
+@pytest.mark.parametrize("name", BINARY_MATH)
+def test_binary_math_over_tiles_of_different_shapes(name: str, shape: tuple[int, ...], device: str) -> None:
+    check(BINARY_MATH[name], lambda: (random(shape, torch.float32, device),))

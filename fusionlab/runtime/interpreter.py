@@ -49,11 +49,16 @@ def _binary(function: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callabl
         x, y = (v if isinstance(v, tl.tensor) else tl.full((), v, tl.float32) for v in (x, y))
         with np.errstate(all="ignore"):
             result = function(x.handle.data, y.handle.data)
-        # The result has the block type of whichever operand is a block (a literal operand is a scalar).
+        # The result has the block type of whichever operand is a block (a literal operand is a scalar), in the
+        # shape the two broadcast to (a [1, 1] constant and a [XBLOCK, 1] row, or a row and a column)
         like = y if y.type.is_block() and not x.type.is_block() else x
-        return tl.tensor(TensorHandle(np.asarray(result).astype(like.handle.data.dtype, copy=False),
+        result = np.asarray(result)
+        kind = like.type
+        if kind.is_block() and tuple(result.shape) != tuple(kind.shape):
+            kind = tl.block_type(kind.element_ty, list(result.shape))
+        return tl.tensor(TensorHandle(result.astype(like.handle.data.dtype, copy=False),
                                       like.handle.dtype.scalar if hasattr(like.handle.dtype, "scalar")
-                                      else like.handle.dtype), like.type)
+                                      else like.handle.dtype), kind)
     return apply
 
 
