@@ -78,6 +78,18 @@ def _gpt_neo() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     return transformers.GPTNeoForCausalLM(config), _tokens(config)
 
 
+def _bloom() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    config = transformers.BloomConfig(vocab_size=100, hidden_size=32, n_layer=2, n_head=4, hidden_dropout=0.0,
+                                      attention_dropout=0.0)
+    return transformers.BloomForCausalLM(config), _tokens(config)
+
+
+def _gptj() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    config = transformers.GPTJConfig(vocab_size=100, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=32,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return transformers.GPTJForCausalLM(config), _tokens(config)
+
+
 MODELS: dict[str, Callable[[], tuple[torch.nn.Module, dict[str, torch.Tensor]]]] = {
     "mobilenet_v2": _mobilenet_v2,  # ReLU6's backward; a 3x3 gradient cropped to 1x1 by a negative padding
     "convnext": _convnext,  # depthwise 7x7 convolutions, layer norm over channels-last permutes, layer scale
@@ -86,6 +98,8 @@ MODELS: dict[str, Callable[[], tuple[torch.nn.Module, dict[str, torch.Tensor]]]]
     "t5": _t5,  # encoder-decoder, relative position buckets, RMS-style norm without mean, tied embedding rescale
     "qwen2": _qwen2,  # grouped-query attention with biases on q, k, v
     "gpt_neo": _gpt_neo,  # alternating global and local (windowed) causal attention
+    "bloom": _bloom,  # ALiBi: slopes pow(full(base), arange(heads)) times positions, baddbmm'd into the scores
+    "gptj": _gptj,  # rotary on the first dims only, interleaved pairs (every other element)
 }
 
 
