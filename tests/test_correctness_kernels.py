@@ -312,7 +312,8 @@ def test_arithmetic_over_dtypes(name: str, dtype: torch.dtype, shape: tuple[int,
 
 # -- two-operand math functions over operands of different tile shapes ----------------------------------------------
 # (a constant made by `full` beside a value per row: BLOOM's ALiBi slopes, `pow(full(base), arange(heads))`; a value
-# per row beside one per column). The CPU's interpreter gave such a result the first operand's shape and failed.
+# per row beside one per column). The CPU's interpreter gave the ALiBi result its first operand's [1, 1] shape and
+# failed (BLOOM on a CPU); the row-by-column forms passed before and stand beside it.
 
 BINARY_MATH: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "alibi_slopes": lambda x: torch.pow(torch.full((), 0.25, device=x.device),
