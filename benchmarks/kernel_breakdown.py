@@ -3,9 +3,11 @@ per `conv_layout`, profiled by torch.profiler; the kernels summed by name, the c
 
     python benchmarks/kernel_breakdown.py [MODEL] [inference|training] [LAYOUT ...]   # default: resnet50 training auto
 
-A LAYOUT of `inductor` profiles torch.compile's default mode (TorchInductor) the same way, for the comparison. The
-kernels are also summed by kind (generated, convolution, matrix product, ATen); with KERNELS_CSV=DIR every kernel is
-written to DIR/kernels-MODEL-MODE-LAYOUT.csv.
+A LAYOUT of `inductor` profiles torch.compile's default mode (TorchInductor) the same way, for the comparison; a
+LAYOUT ending in `+graphs` runs with CUDA graphs (`auto+graphs`: `options={"cudagraphs": True}`; `inductor+graphs`:
+`mode="reduce-overhead"`), the kernels of a replay profiled the same way. The kernels are also summed by kind
+(generated, convolution, matrix product, ATen); with KERNELS_CSV=DIR every kernel is written to
+DIR/kernels-MODEL-MODE-LAYOUT.csv.
 """
 
 from __future__ import annotations
@@ -20,20 +22,26 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from fusionlab import models
-from fusionlab.measure.models import model_step
+from fusionlab.measure.models import _step_marked, model_step
 
 
 def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
     model, inputs = models.build(name, "gpu", device=torch.device("cuda"), dtype=torch.bfloat16, train=train)
     torch._dynamo.reset()
-    compiled = torch.compile(model) if layout == "inductor" else \
-        torch.compile(model, backend="fusionlab", options={"conv_layout": layout})
+    base, graphs = layout.removesuffix("+graphs"), layout.endswith("+graphs")
+    if base == "inductor":
+        compiled = torch.compile(model, mode="reduce-overhead" if graphs else None)
+    else:
+        compiled = torch.compile(model, backend="fusionlab", options={"conv_layout": base, "cudagraphs": graphs})
+    if base == "inductor" and graphs:
+        compiled = _step_marked(compiled)
     step = model_step(model, compiled, inputs, train)
     start = time.perf_counter()
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    which = "Inductor" if layout == "inductor" else f"conv_layout={layout!r}"
+    which = "Inductor" if base == "inductor" else f"conv_layout={base!r}"
+    which += ", CUDA graphs" if graphs else ""
     print(f"\n## {name} {'training' if train else 'inference'}, {which} "
           f"(compile and 3 steps {time.perf_counter() - start:.0f} s)")
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -58,7 +66,7 @@ def breakdown(name: str, train: bool, layout: str, top: int = 30) -> None:
     print("\n| kind | ms | kernels |\n|---|---|---|")
     for kind, (count, total) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
         print(f"| {kind} | {total / 1e3:.3f} | {int(count)} |")
-    if layout != "inductor":
+    if base != "inductor":
         _describe([kernel for kernel, _ in ranked if _kind(kernel) == "generated (Triton)"][:8])
     folder = os.environ.get("KERNELS_CSV")
     if folder:  # every kernel, for a closer look than the table's

@@ -361,6 +361,60 @@ def test_saved_activations_are_not_copied_and_a_second_forward_does_not_overwrit
 
 @pytest.mark.gpu
 @cuda
+def test_a_graphs_output_is_read_in_place_by_the_next_graph_until_its_caller_holds_it() -> None:
+    """A graph break between a model and its loss (as in Hugging Face's causal LMs): the model's graph hands its
+    output to the loss's graph, and the loss's backward hands its gradient to the model's backward; each is read
+    where it lies, not copied into a buffer. A caller that keeps the model's output past the next step makes the
+    model's graph copy it; the loss's graph then copies it into a buffer, in a graph captured again. Gradients and
+    the kept outputs as eager's twin's, on fresh inputs."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 48)).cuda()
+    twin = copy.deepcopy(model)
+
+    def step(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = module(x)
+        torch._dynamo.graph_break()
+        return h, h.log_softmax(-1)[:, :3].sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: step(model, x), backend="fusionlab", options={"cudagraphs": True})
+
+    def check(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for module in (model, twin):
+            module.zero_grad(set_to_none=True)
+        h, loss = compiled(x)
+        loss.backward()
+        want_h, want = step(twin, x)
+        want.backward()
+        for g, expected in zip(_grads(model), _grads(twin), strict=True):
+            torch.testing.assert_close(g, expected, rtol=1e-4, atol=1e-5)
+        return h, want_h
+
+    for _ in range(4):  # the model's output let go at once
+        h, _ = check(torch.randn(16, 32, device="cuda"))
+        del h
+    from fusionlab import dynamo_backend
+
+    ours = list(dynamo_backend.graphs)[-4:]  # the model's and the loss's forward and backward
+    (model_index, loss_index) = sorted({g.index for g in ours})
+    graphed = {(g.index, g.role): g.exploration.graphed for g in ours}
+    loss_forward, model_backward = graphed[loss_index, "forward"], graphed[model_index, "backward"]
+    for graphs in (loss_forward, model_backward):
+        (entry,) = [e for entries in graphs.graphs.values() for e in entries]
+        assert entry.copied == (), f"{graphs}: an input copied into a buffer ({entry.copied})"
+        assert graphs.replays >= 2 and graphs.bypassed == 0, graphs
+    kept = [check(torch.randn(16, 32, device="cuda")) for _ in range(3)]  # each step's output kept
+    for h, want_h in kept:  # intact after the steps after it
+        torch.testing.assert_close(h, want_h, rtol=1e-4, atol=1e-5)
+    assert graphed[model_index, "forward"].copied_outputs, "the kept output is copied by its graph"
+    entries = [e for entries in loss_forward.graphs.values() for e in entries]
+    assert entries and all(e.copied for e in entries), "the loss's graph copies the moved output into a buffer"
+    assert loss_forward.replays >= 4, loss_forward
+    torch._dynamo.reset()
+
+
+@pytest.mark.gpu
+@cuda
 def test_overwrite_refuses_a_backward_after_a_second_forward() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)).cuda()
     torch._dynamo.reset()

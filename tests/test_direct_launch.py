@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+import triton
 from triton import knobs
 
 import fusionlab as fl
@@ -50,6 +51,43 @@ def test_second_launches_use_the_launcher_and_stay_right() -> None:
         torch.testing.assert_close(ex(*fresh), scaled_softmax(*fresh))
     (launch,) = launches_of(ex)
     assert len(launch.launchers) == 1 and launch.tail is not None
+
+
+def test_a_launcher_of_another_form_than_triton_36s_is_called_as_it_is() -> None:
+    """Only Triton 3.6's launcher, recognised by its `__call__`'s code, is bypassed for its C function; another
+    form (this Triton's, when it is not 3.6, or any class) keeps its own `__call__`, given the kernel's metadata."""
+    from types import SimpleNamespace
+
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    from fusionlab.runtime.direct import _launcher
+
+    launcher = object.__new__(CudaLauncher)  # no CUDA needed: only its class and attributes are read
+    launcher.__dict__.update(global_scratch_size=0, profile_scratch_size=0, launch=print, launch_cooperative_grid=False,
+                             launch_pdl=False)
+    compiled = SimpleNamespace(run=launcher, packed_metadata=("metadata",), function=7)
+    run, function, head = _launcher(compiled)
+    if triton.__version__.startswith("3.6."):
+        assert run is print and head == (False, False, None, None, ("metadata",), None, None, None)
+    else:
+        assert run is launcher and head == (("metadata",), None, None, None)
+    assert function == 7
+    other = SimpleNamespace(run=lambda *args: None, packed_metadata=("metadata",), function=7)
+    assert _launcher(other)[0] is other.run
+
+
+@pytest.mark.gpu
+def test_triton_36s_launcher_is_called_through_its_c_function() -> None:
+    needs_cuda()
+    x, bias = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
+    ex = fl.explore(scaled_softmax, x, bias)
+    for _ in range(3):
+        fresh = (torch.randn_like(x), torch.randn_like(bias))
+        torch.testing.assert_close(ex(*fresh), scaled_softmax(*fresh))
+    (launch,) = launches_of(ex)
+    ((run, _, _),) = launch.launchers.values()
+    direct = type(run).__name__ == "builtin_function_or_method"
+    assert direct == triton.__version__.startswith("3.6."), (triton.__version__, run)
 
 
 @pytest.mark.gpu

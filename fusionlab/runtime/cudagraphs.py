@@ -4,8 +4,11 @@ A replay issues every kernel of a call in one `cudaGraphLaunch`, so the host's p
 launch on the H200 host for BERT) is paid once, at capture. What that needs, and what this module does:
 - static input buffers: the captured kernels read fixed addresses, so each call's inputs are copied into buffers
   made at capture (one `torch._foreach_copy_`). Parameters (and inputs the caller names in `static=`, and outputs of
-  another graph that stay its memory: uncloned outputs, a forward's saved activations) are read in place instead; a
-  call that brings one of those at another address captures again.
+  another graph that stay its memory: outputs handed out uncopied, a forward's saved activations) are read in place
+  instead; a call that brings one of those at another address captures again. A model's logits handed to its loss's
+  graph, and the loss's gradient handed back to the model's backward, are read where they lie (copying them cost
+  GPT-2's training step 0.8 ms of GPU time on an H100: docs/PERFORMANCE.md, round 23); once their graph copies them
+  (its caller held them past a call), the graph reading them copies them into a buffer too, captured again.
 - one capture per input layout (shapes, strides, dtypes): a new batch size captures a new graph, at most
   `max_graphs` per function (then the call is refused, as a sign of sizes that never settle).
 - warm-up before capture, on a side stream: the first calls compile the kernels, pick launchers and let cuBLAS make
@@ -57,26 +60,39 @@ import torch
 __all__ = ["CUDAGRAPH_MODES", "CudaGraphs", "CudaGraphsError", "copy_all", "cudagraph_mode", "lasting", "refuse_cpu",
            "write_inputs"]
 
-# Memory that stays put between calls, by data address: parameters a graph read in place, outputs returned
-# uncloned, and a forward's saved activations. Another graph reads an input found here in place too (a backward
-# graph reads the weights its forward read, and the activations its forward saved, where they lie). Weak
-# references: memory freed and reused by a new tensor is not taken for the old one.
-_lasting: dict[int, weakref.ref[torch.Tensor]] = {}
+# Memory that stays put between calls, by data address: parameters a graph read in place, outputs handed out as
+# a graph's memory, and a forward's saved activations. Another graph reads an input found here in place too (a
+# backward graph reads the weights its forward read and the activations its forward saved where they lie; a loss
+# graph reads the logits its model's graph handed out, and the model's backward the gradient the loss's backward
+# handed out). Weak references: memory freed and reused by a new tensor is not taken for the old one. The flag:
+# memory that may move (a handed output, which its graph copies from the call its caller holds it on).
+_lasting: dict[int, tuple[weakref.ref[torch.Tensor], bool]] = {}
 
 
-def _remember(tensors: Iterable[torch.Tensor]) -> None:
+def _remember(tensors: Iterable[torch.Tensor], movable: bool = False) -> None:
     for tensor in tensors:
-        _lasting[tensor.data_ptr()] = weakref.ref(tensor)
+        _lasting[tensor.data_ptr()] = (weakref.ref(tensor), movable)
 
 
 def lasting(address: int) -> bool:
-    """Whether `address` is where a parameter or an uncloned graph output, still alive, keeps its data."""
-    reference = _lasting.get(address)
-    tensor = reference() if reference is not None else None
+    """Whether `address` is where a parameter or a graph's handed-out output, still alive, keeps its data."""
+    return _lasting_entry(address) is not None
+
+
+def _lasting_entry(address: int) -> tuple[weakref.ref[torch.Tensor], bool] | None:
+    entry = _lasting.get(address)
+    tensor = entry[0]() if entry is not None else None
     if tensor is None or tensor.data_ptr() != address:
         _lasting.pop(address, None)
-        return False
-    return True
+        return None
+    return entry
+
+
+def movable(address: int) -> bool:
+    """Whether `address` is a graph's handed-out output, which moves to fresh memory on every call once its graph
+    copies it (its caller held it past a call)."""
+    entry = _lasting_entry(address)
+    return entry is not None and entry[1]
 
 
 #: what `cudagraphs=` takes: off, on with earlier results kept as they were (the default when on), or on with outputs
@@ -246,6 +262,7 @@ class CudaGraphs:
         # one address comparison (its layout cannot change without its address changing, short of resize_).
         self._keyed: tuple[int, ...] | None = None
         self._from_graphs: frozenset[int] = frozenset()
+        self._from_outputs: frozenset[int] = frozenset()  # of those, another graph's handed-out outputs
         self._arity = -1
         # outputs from this position on are handed out uncopied (saved activations; with clone_outputs only); the
         # last call's graph memory, by its storages: the next replay waits until nothing but the graph holds them
@@ -287,6 +304,8 @@ class CudaGraphs:
                                                        for i, layout in candidate.checked):
                         entry = candidate
                         break
+        if entry is None and self._moved(tensors):
+            entry = self._capture(tensors)  # another graph's output that moved: now copied, in a graph captured anew
         if entry is None and self._made_by_a_bypass(tensors):
             return self._bypass(tensors)  # activations a bypassed forward made on fresh memory: not graph memory
         if entry is None:
@@ -329,6 +348,24 @@ class CudaGraphs:
             # torch's allocator refuses a capture into a pool whose graphs are all gone while its memory is still
             # held (here: by the outputs the caller kept): the next capture takes a pool of its own
             self._pool = None
+
+    def _moved(self, tensors: Sequence[Any]) -> bool:
+        """Whether a call that matches no graph brings, where a graph reads another graph's handed-out output in
+        place, a tensor on other memory that is no graph's (that graph copies the output now: its caller held it).
+        Those positions are copied into buffers from then on; the graphs are dropped, to be captured again."""
+        if self._keyed is None or len(tensors) != self._arity or not self._from_outputs:
+            return False
+        moved = {i for i in self._from_outputs if isinstance(tensors[i], torch.Tensor)
+                 and not lasting(tensors[i].data_ptr())}
+        if not moved:
+            return False
+        self._keyed = tuple(sorted({*self._keyed, *moved}))
+        self._from_graphs -= moved
+        self._from_outputs -= moved
+        self.graphs.clear()
+        self._handed = ()
+        self._pool = None  # (memory the dropped graphs handed out may still be held: a pool of its own)
+        return True
 
     def _bypass(self, tensors: Sequence[Any]) -> tuple[torch.Tensor, ...]:
         """Run without the graph, on fresh memory (and write the mutated inputs, as a replay would)."""
@@ -380,6 +417,7 @@ class CudaGraphs:
             self._from_graphs = frozenset(
                 i for i, value in enumerate(tensors) if i not in self._keyed and i not in self.static
                 and not isinstance(value, torch.nn.Parameter) and lasting(value.data_ptr()))
+            self._from_outputs = frozenset(i for i in self._from_graphs if movable(tensors[i].data_ptr()))
         elif len(tensors) != self._arity:
             raise CudaGraphsError(f"cudagraphs=True: {self.name} was captured with {self._arity} inputs and is "
                                   f"called with {len(tensors)}: call it as it was first called")
@@ -450,6 +488,11 @@ class CudaGraphs:
         if uncopied:
             saved = [o for o in outputs[self.kept_from:] if isinstance(o, torch.Tensor)] \
                 if self.kept_from is not None else []
+            # the other handed outputs (the next graph's input, a loss graph's logits) are read where they lie
+            # until this graph copies them; the saved activations, which never move, after them (an output that is
+            # also saved stays put)
+            _remember([outputs[i] for i in uncopied if isinstance(outputs[i], torch.Tensor)
+                       and not self._must_hand(i)], movable=True)
             _remember(saved)  # another graph (the backward) reads them where they lie
             # the memory a replay writes: its own, and the buffers it copies inputs into (not what it reads in place)
             unwritten = {t.untyped_storage().data_ptr() for position, t in enumerate(inputs)
