@@ -41,15 +41,20 @@ def launches_of(ex: fl.Exploration) -> list[Any]:
     return [launch for handle in ex.compiled.handles for launch in handle.ready.values()]
 
 
-@pytest.mark.gpu
-def test_second_launches_use_the_launcher_and_stay_right() -> None:
+def called_three_times() -> fl.Exploration:
+    """`scaled_softmax` explored on the GPU and called on three fresh inputs, each result checked against eager."""
     needs_cuda()
     x, bias = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
     ex = fl.explore(scaled_softmax, x, bias)
     for _ in range(3):
         fresh = (torch.randn_like(x), torch.randn_like(bias))
         torch.testing.assert_close(ex(*fresh), scaled_softmax(*fresh))
-    (launch,) = launches_of(ex)
+    return ex
+
+
+@pytest.mark.gpu
+def test_second_launches_use_the_launcher_and_stay_right() -> None:
+    (launch,) = launches_of(called_three_times())
     assert len(launch.launchers) == 1 and launch.tail is not None
 
 
@@ -78,13 +83,7 @@ def test_a_launcher_of_another_form_than_triton_36s_is_called_as_it_is() -> None
 
 @pytest.mark.gpu
 def test_triton_36s_launcher_is_called_through_its_c_function() -> None:
-    needs_cuda()
-    x, bias = torch.randn(64, 256, device="cuda"), torch.randn(256, device="cuda")
-    ex = fl.explore(scaled_softmax, x, bias)
-    for _ in range(3):
-        fresh = (torch.randn_like(x), torch.randn_like(bias))
-        torch.testing.assert_close(ex(*fresh), scaled_softmax(*fresh))
-    (launch,) = launches_of(ex)
+    (launch,) = launches_of(called_three_times())
     ((run, _, _),) = launch.launchers.values()
     direct = type(run).__name__ == "builtin_function_or_method"
     assert direct == triton.__version__.startswith("3.6."), (triton.__version__, run)
